@@ -1,0 +1,188 @@
+"""Build candidates in a pool of worker processes, then time them one at a time in another.
+
+Why not MetaSchedule's `LocalBuilder` / `LocalRunner`: the builder starts a fresh process pool on
+every `build()` call (a second of imports per batch, more with torch installed, because tvm-ffi
+imports it) and pickles IR modules, which segfaults on tvm-ffi 0.1.15; the runner times random
+arguments and has no place to compare a result with a reference. What they share with us is
+TVM's `PopenPoolExecutor` / `PopenWorker`, which kill a task at its timeout and survive a
+crashing child, and that is what is used here. TVM's `time_evaluator` does the timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import statistics
+import tempfile
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from tensortune.measure import worker_tasks
+from tensortune.measure.settings import MeasureSettings
+from tensortune.target import host_cores
+from tensortune.workloads import Workload
+
+# Idle workers are recycled after this many tasks: TVM notes a slow leak in long-lived builders.
+_MAX_USES = 256
+_WARM_UP_TIMEOUT = 300.0
+
+
+@dataclasses.dataclass
+class MeasureResult:
+    """The outcome of one candidate.
+
+    Attributes:
+        costs: Seconds per run, one per repeat; empty when the candidate failed.
+        error: Why it failed (``None`` when it did not).
+        stage: Where it failed: ``"build"``, ``"run"``, ``"check"`` or ``"timeout"``.
+        compile_seconds: Time spent scheduling and compiling it (``nan`` if unknown).
+        library: Path of the compiled kernel, while the measurer is open.
+    """
+
+    costs: list[float] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    stage: str | None = None
+    compile_seconds: float = float("nan")
+    library: str | None = None
+
+    @property
+    def cost(self) -> float:
+        """Median cost in seconds (``nan`` for a failed candidate)."""
+        return statistics.median(self.costs) if self.costs else float("nan")
+
+
+def _worker_env() -> None:
+    # TVM's runtime would use one thread of two on some VMs; child processes inherit this.
+    cores = str(host_cores())
+    os.environ.setdefault("TVM_NUM_THREADS", cores)
+
+
+class Measurer:
+    """Builds and times candidates of one workload on the host.
+
+    Use as a context manager (or call `close`) so that the worker processes and the temporary
+    kernel files go away.
+
+    Args:
+        workload: The operator at its shape.
+        target: Target dict, as returned by `tensortune.target.target_spec`.
+        settings: Build and timing settings. Default `MeasureSettings()`.
+    """
+
+    def __init__(
+        self, workload: Workload, target: dict[str, Any], settings: MeasureSettings | None = None
+    ) -> None:
+        self.workload = workload
+        self.target = target
+        self.settings = settings or MeasureSettings()
+        self._builders: Any = None
+        self._runner: Any = None
+        self._dir: str | None = None
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        if self._dir is not None:
+            return
+        from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
+
+        _worker_env()
+        self._dir = tempfile.mkdtemp(prefix="tensortune-")
+        self._builders = PopenPoolExecutor(
+            max_workers=self.settings.build_workers,
+            timeout=self.settings.build_timeout,
+            maximum_process_uses=_MAX_USES,
+        )
+        self._runner = PopenWorker()
+        self._runner.send(worker_tasks.warm_up, timeout=_WARM_UP_TIMEOUT)
+        self._runner.recv()
+
+    def close(self) -> None:
+        """Stop the workers and delete the compiled kernels."""
+        if self._builders is not None:
+            self._builders.shutdown(wait=False)
+            self._runner.kill()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+        self._builders = self._runner = self._dir = None
+
+    def measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
+        """Build all `configs` in parallel, then time each in turn.
+
+        Timing waits for every build, so that no compiler shares the cores with a kernel being
+        timed. A config that fails to build, crashes, hangs or computes a wrong result gets a
+        failed `MeasureResult`; the others are unaffected.
+        """
+        self._start()
+        assert self._dir is not None
+        futures: list[tuple[Future, str]] = []
+        for config in configs:
+            path = os.path.join(self._dir, f"{uuid.uuid4().hex}.so")
+            future = self._builders.submit(
+                worker_tasks.build, self.workload, dict(config), self.target, path
+            )
+            futures.append((future, path))
+        results = [self._collect_build(future, path) for future, path in futures]
+        for result in results:
+            if result.error is None:
+                self._time(result)
+        return results
+
+    def _collect_build(self, future: Future, path: str) -> MeasureResult:
+        try:
+            seconds = future.result()
+        except TimeoutError:
+            return MeasureResult(
+                error=f"build timed out after {self.settings.build_timeout:g} s", stage="timeout"
+            )
+        except Exception as err:  # a compiler error, or the build worker died
+            return MeasureResult(error=f"build failed: {_last_line(err)}", stage="build")
+        return MeasureResult(compile_seconds=seconds, library=path)
+
+    def _time(self, result: MeasureResult) -> None:
+        s = self.settings
+        assert result.library is not None
+        args = (result.library, self.workload, s.number, s.repeat, s.min_repeat_ms)
+        try:
+            self._runner.send(worker_tasks.run, (*args, s.check_results, s.rtol), timeout=s.run_timeout)
+            outcome = self._runner.recv()
+        except TimeoutError:
+            result.error, result.stage = f"run timed out after {s.run_timeout:g} s", "timeout"
+            return
+        except Exception as err:  # the kernel crashed its process, or raised
+            result.error, result.stage = f"run failed: {_last_line(err)}", "run"
+            self._runner.kill()  # a fresh process for the next candidate
+            return
+        if isinstance(outcome, str):
+            result.error, result.stage = outcome, "check"
+        else:
+            result.costs = outcome
+
+    def vendor_baseline(self) -> tuple[str, float] | None:
+        """(library, median seconds) of the vendor's kernel for this workload, timed in the run
+        worker like a candidate; None when no vendor library covers the operator."""
+        self._start()
+        s = self.settings
+        self._runner.send(
+            worker_tasks.vendor_time,
+            (self.workload, s.repeat, s.min_repeat_ms, int(self.target.get("num-cores", host_cores()))),
+            timeout=_WARM_UP_TIMEOUT,
+        )
+        found = self._runner.recv()
+        if found is None:
+            return None
+        name, costs = found
+        return name, statistics.median(costs)
+
+
+def _last_line(err: BaseException) -> str:
+    text = str(err).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(err).__name__

@@ -1,0 +1,50 @@
+"""How candidates are built and timed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tensortune.target import host_cores
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureSettings:
+    """Build and timing settings.
+
+    Attributes:
+        number: Kernel runs averaged into one cost. Default 1 (raised automatically until a cost
+            spans `min_repeat_ms`).
+        repeat: Costs recorded per candidate; the objective uses their median. Default 5.
+        min_repeat_ms: Least time one cost spans, so that fast kernels are timed over many runs.
+            Default 50 ms, which kept the spread of repeated measurements within a few percent on
+            a 2-core VM.
+        build_workers: Processes compiling candidates in parallel. Default: the host's cores.
+        build_timeout: Seconds one build may take before it is killed. Default 60.
+        run_timeout: Seconds one candidate's check and timing may take. Default 20.
+        check_results: Compare the first run of each candidate with the NumPy reference.
+            Default True.
+        rtol: Relative tolerance of that check, scaled by the largest reference value.
+            Default 1e-3 (float32 sums in any order stay far inside it).
+    """
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 50
+    build_workers: int = dataclasses.field(default_factory=host_cores)
+    build_timeout: float = 60.0
+    run_timeout: float = 20.0
+    check_results: bool = True
+    rtol: float = 1e-3
+
+    def __post_init__(self) -> None:
+        from tensortune.errors import TensortuneError
+
+        for name in ("number", "repeat", "build_workers"):
+            if getattr(self, name) < 1:
+                raise TensortuneError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("min_repeat_ms",):
+            if getattr(self, name) < 0:
+                raise TensortuneError(f"{name} must not be negative")
+        for name in ("build_timeout", "run_timeout", "rtol"):
+            if not getattr(self, name) > 0:
+                raise TensortuneError(f"{name} must be positive, got {getattr(self, name)}")

@@ -1,0 +1,114 @@
+"""Functions that run inside the build and run worker processes.
+
+They take only picklable arguments (a workload, a config dict, a target dict, paths) because
+pickling TVM IR segfaults on some tvm-ffi versions (see tvm-0.27-facts.md).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from tensortune.workloads import Workload
+
+# Inputs and reference outputs per workload, kept for the life of the run worker.
+_DATA: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+
+
+def warm_up() -> None:
+    """Import TVM so the first timed task does not pay for it."""
+    import tvm  # noqa: F401
+
+
+def build(
+    workload: Workload, config: dict[str, Any], target: dict[str, Any], path: str
+) -> float:
+    """Schedule `config`, compile it and export it to `path`; returns compile seconds."""
+    import tvm
+
+    from tensortune.templates import CpuTemplate
+
+    start = time.perf_counter()
+    sch = CpuTemplate(workload).apply(config)
+    tvm.compile(sch.mod, target=tvm.target.Target(target)).export_library(path)
+    return time.perf_counter() - start
+
+
+def workload_data(workload: Workload) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Seeded inputs and the NumPy reference outputs for `workload`, cached."""
+    if workload.key not in _DATA:
+        inputs = workload.random_inputs(seed=0)
+        _DATA[workload.key] = (inputs, workload.reference(inputs))
+    return _DATA[workload.key]
+
+
+def run(
+    path: str,
+    workload: Workload,
+    number: int,
+    repeat: int,
+    min_repeat_ms: int,
+    check: bool,
+    rtol: float,
+) -> list[float] | str:
+    """Load the kernel at `path`, check one run against NumPy, then time it.
+
+    Returns the costs in seconds, or a string saying why the result is wrong.
+    """
+    import tvm
+
+    dev = tvm.cpu(0)
+    module = tvm.runtime.load_module(path)
+    inputs, expected = workload_data(workload)
+    # Outputs start as NaN so a kernel that skips elements cannot pass the check.
+    outputs = [np.full(e.shape, np.nan, dtype=e.dtype) for e in expected]
+    args = [tvm.runtime.tensor(a, dev) for a in [*inputs, *outputs]]
+    module["main"](*args)
+    if check:
+        for index, want in enumerate(expected):
+            got = args[len(inputs) + index].numpy()
+            error = mismatch(got, want, rtol)
+            if error:
+                return f"wrong result in output {index}: {error}"
+    timer = module.time_evaluator(
+        "main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms
+    )
+    return [float(c) for c in timer(*args).results]
+
+
+def mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
+    """Why `got` differs from `want` (relative to the largest reference value), or None."""
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    scale = max(scale, 1e-6)
+    if not np.all(np.isfinite(got)):
+        return f"{int(np.sum(~np.isfinite(got)))} of {got.size} values are not finite"
+    worst = float(np.max(np.abs(got.astype(np.float64) - want)) / scale) if want.size else 0.0
+    if worst > rtol:
+        return f"max relative error {worst:.2e} exceeds {rtol:.0e}"
+    return None
+
+
+def vendor_time(
+    workload: Workload, repeat: int, min_repeat_ms: int, threads: int
+) -> tuple[str, list[float]] | None:
+    """Time the vendor library on `workload`: (library name, costs), or None if it has none."""
+    from tensortune.measure.baseline import vendor_kernel
+
+    found = vendor_kernel(workload, threads)
+    if found is None:
+        return None
+    name, kernel = found
+    kernel()  # warm up (thread pools, packing buffers)
+    costs = []
+    for _ in range(repeat):
+        runs, start = 0, time.perf_counter()
+        while True:
+            kernel()
+            runs += 1
+            elapsed = time.perf_counter() - start
+            if elapsed * 1000 >= min_repeat_ms:
+                break
+        costs.append(elapsed / runs)
+    return name, costs

@@ -1,0 +1,27 @@
+"""Workloads: operators as TVM tensor expressions, with FLOP counts and NumPy references.
+
+Built in: ``matmul``, ``batch_matmul``, ``dense_bias_relu``, ``conv2d``, ``depthwise_conv2d``.
+Register your own with `register_workload`.
+"""
+
+from tensortune.workloads import operators
+from tensortune.workloads._registry import (
+    Workload,
+    WorkloadDef,
+    get_workload,
+    parse_shape,
+    register_workload,
+    workload_names,
+)
+from tensortune.workloads.operators import PRESETS
+
+__all__ = [
+    "PRESETS",
+    "Workload",
+    "WorkloadDef",
+    "get_workload",
+    "operators",
+    "parse_shape",
+    "register_workload",
+    "workload_names",
+]

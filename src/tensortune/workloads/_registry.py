@@ -1,0 +1,272 @@
+"""Workloads: an operator written once as a TVM tensor expression, plus what tuning needs of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tensortune.errors import TensortuneError
+
+if TYPE_CHECKING:
+    from tvm import te, tirx
+
+ComputeFn = Callable[..., Sequence["te.Tensor"]]
+ReferenceFn = Callable[..., Any]
+FlopsFn = Callable[..., float]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadDef:
+    """A registered operator: how to build it for any shape.
+
+    Attributes:
+        name: Registry name, e.g. ``"matmul"``.
+        compute: Returns the kernel's arguments as te tensors, inputs (placeholders) first, outputs
+            last. Called with the shape parameters as keyword arguments.
+        reference: NumPy implementation, called with the input arrays in argument order (plus,
+            as keywords, any shape parameters its signature names); returns the output array (or
+            a tuple of them, one per output).
+        flops: FLOP count for given shape parameters; ``None`` counts two FLOPs per iteration of
+            the main reduction (a multiply-add).
+        params: Parameter names in order, with their defaults (``None`` when required).
+    """
+
+    name: str
+    compute: ComputeFn
+    reference: ReferenceFn
+    flops: FlopsFn | None
+    params: tuple[tuple[str, int | None], ...]
+
+    def bind(self, *args: int, **kwargs: int) -> Workload:
+        """Fix the shape parameters, positionally or by name, and check them."""
+        names = [p for p, _ in self.params]
+        if len(args) > len(names):
+            raise TensortuneError(
+                f"{self.name} takes {len(names)} shape values ({', '.join(names)}), got {len(args)}"
+            )
+        values: dict[str, Any] = dict(zip(names, args, strict=False))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise TensortuneError(
+                    f"{self.name} has no shape parameter {key!r}; its parameters are "
+                    f"{', '.join(names)}"
+                )
+            if key in values:
+                raise TensortuneError(f"{self.name}: {key} given twice")
+            values[key] = value
+        for name, default in self.params:
+            if name not in values:
+                if default is None:
+                    raise TensortuneError(f"{self.name} needs a value for {name}")
+                values[name] = default
+        for name in names:
+            value = values[name]
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TensortuneError(f"{self.name}: {name} must be an integer, got {value!r}")
+        shape = {name: int(values[name]) for name in names}
+        workload = Workload(self, shape)
+        workload.check()
+        return workload
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """An operator at a fixed shape: builds its tensor program, inputs and reference result."""
+
+    definition: WorkloadDef
+    shape: Mapping[str, int]
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def key(self) -> str:
+        """A stable, readable identity, e.g. ``matmul(M=64,N=64,K=64)``."""
+        inner = ",".join(f"{k}={v}" for k, v in self.shape.items())
+        return f"{self.name}({inner})"
+
+    def check(self) -> None:
+        """Raise `TensortuneError` unless the shape gives a well-formed, non-empty program."""
+        try:
+            tensors = self.tensors()
+        except TensortuneError:
+            raise
+        except Exception as err:  # the compute function rejects the shape in its own words
+            raise TensortuneError(f"{self.key}: invalid shape ({err})") from err
+        for tensor in tensors:
+            dims = [int(d) for d in tensor.shape]
+            if any(d <= 0 for d in dims):
+                raise TensortuneError(
+                    f"{self.key}: tensor {tensor.name} would have shape {tuple(dims)}; "
+                    "every dimension must be positive"
+                )
+
+    def tensors(self) -> list[te.Tensor]:
+        """The kernel's arguments as te tensors: inputs first, then outputs."""
+        for name, value in self.shape.items():
+            if value <= 0 and name not in _NON_NEGATIVE:
+                raise TensortuneError(f"{self.name}: {name} must be positive, got {value}")
+            if value < 0:
+                raise TensortuneError(f"{self.name}: {name} must not be negative, got {value}")
+        return list(self.definition.compute(**self.shape))
+
+    def prim_func(self) -> tirx.PrimFunc:
+        """The unscheduled TIR function (`te.create_prim_func`)."""
+        from tvm import te
+
+        return te.create_prim_func(self.tensors())
+
+    def argument_specs(self) -> list[tuple[tuple[int, ...], str, bool]]:
+        """(shape, dtype, is_input) for each argument, in order."""
+        from tvm import te
+
+        return [
+            (
+                tuple(int(d) for d in t.shape),
+                str(t.dtype),
+                isinstance(t.op, te.PlaceholderOp),
+            )
+            for t in self.tensors()
+        ]
+
+    @property
+    def flop_count(self) -> float:
+        """Floating-point operations of one run of the kernel."""
+        if self.definition.flops is not None:
+            return float(self.definition.flops(**self.shape))
+        return _count_reduction_flops(self)
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Input arrays drawn uniformly from [-1, 1), reproducible from `seed` (default 0)."""
+        rng = np.random.default_rng(seed)
+        return [
+            rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+            for shape, dtype, is_input in self.argument_specs()
+            if is_input
+        ]
+
+    def reference(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The NumPy result for `inputs`, one array per output argument."""
+        wanted = inspect.signature(self.definition.reference).parameters
+        extra = {k: v for k, v in self.shape.items() if k in wanted}
+        out = self.definition.reference(*inputs, **extra)
+        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+        specs = [(s, d) for s, d, is_input in self.argument_specs() if not is_input]
+        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(outputs, specs, strict=True)]
+
+
+# Padding may be zero; every other parameter is a size or a stride.
+_NON_NEGATIVE = frozenset({"pad"})
+
+_REGISTRY: dict[str, WorkloadDef] = {}
+
+
+def register_workload(
+    name: str,
+    *,
+    reference: ReferenceFn,
+    flops: FlopsFn | None = None,
+    overwrite: bool = False,
+) -> Callable[[ComputeFn], ComputeFn]:
+    """Register an operator so that `get_workload`, `tune` and the CLI know it by `name`.
+
+    Use it as a decorator on a function that takes the shape parameters as integer arguments
+    (defaults allowed) and returns the kernel's arguments as te tensors, inputs first::
+
+        @tensortune.register_workload("scale_add", reference=lambda x, y: 2 * x + y,
+                                      flops=lambda n: 2 * n)
+        def scale_add(n: int):
+            x = te.placeholder((n,), name="x")
+            y = te.placeholder((n,), name="y")
+            return [x, y, te.compute((n,), lambda i: 2 * x[i] + y[i], name="out")]
+
+    Args:
+        name: Name to register under.
+        reference: NumPy function of the input arrays returning the output(s); shape
+            parameters that its signature names are passed as keywords.
+        flops: FLOP count from the shape parameters. Default ``None``: two FLOPs per iteration
+            of the main reduction, or one per output element when there is none.
+        overwrite: Replace an existing registration of the same name. Default ``False`` (a name
+            that is taken is an error).
+    """
+
+    def decorate(compute: ComputeFn) -> ComputeFn:
+        if not name or not name.replace("_", "").isalnum():
+            raise TensortuneError(f"workload name must be letters, digits and '_', got {name!r}")
+        if name in _REGISTRY and not overwrite:
+            raise TensortuneError(f"a workload named {name!r} is already registered")
+        if not callable(reference):
+            raise TensortuneError(f"reference for {name!r} must be callable")
+        params = []
+        for param in inspect.signature(compute).parameters.values():
+            if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                raise TensortuneError(f"{name}: shape parameters must be named, not *args/**kwargs")
+            default = None if param.default is param.empty else param.default
+            params.append((param.name, default))
+        _REGISTRY[name] = WorkloadDef(name, compute, reference, flops, tuple(params))
+        return compute
+
+    return decorate
+
+
+def workload_names() -> list[str]:
+    """Names of all registered workloads, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_workload(name: str, *args: int, **shape: int) -> Workload:
+    """The registered workload `name` at the given shape (positional or by name)."""
+    if name not in _REGISTRY:
+        raise TensortuneError(
+            f"unknown workload {name!r}; known workloads: {', '.join(workload_names())}"
+        )
+    return _REGISTRY[name].bind(*args, **shape)
+
+
+def parse_shape(name: str, text: str) -> Workload:
+    """Parse a CLI shape for `name`: ``1024,1024,1024``, ``M=1024,N=512,K=256``, or a preset
+    name from `tensortune.workloads.PRESETS` such as ``resnet18-c7``."""
+    from tensortune.workloads.operators import PRESETS
+
+    if text.strip().lower() in PRESETS:
+        preset_op, preset_shape = PRESETS[text.strip().lower()]
+        if preset_op != name:
+            raise TensortuneError(f"shape preset {text!r} is for {preset_op}, not {name}")
+        return get_workload(name, **preset_shape)
+    positional: list[int] = []
+    named: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise TensortuneError(f"malformed shape {text!r}: empty value")
+        key, sep, value = part.partition("=")
+        raw = value if sep else key
+        try:
+            number = int(raw)
+        except ValueError:
+            raise TensortuneError(f"malformed shape {text!r}: {raw!r} is not an integer") from None
+        if sep:
+            named[key.strip()] = number
+        elif named:
+            raise TensortuneError(f"malformed shape {text!r}: positional value after a named one")
+        else:
+            positional.append(number)
+    return get_workload(name, *positional, **named)
+
+
+def _count_reduction_flops(workload: Workload) -> float:
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(workload.prim_func())
+    best = 0.0
+    for block_rv in sch.get_child_blocks(sch.get_sblock("root")):
+        iters = sch.get(block_rv).iter_vars
+        volume = math.prod(int(iv.dom.extent) for iv in iters)
+        has_reduce = any(int(iv.iter_type) == 2 for iv in iters)
+        best = max(best, volume * (2.0 if has_reduce else 1.0))
+    return best
