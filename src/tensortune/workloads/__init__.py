@@ -11,6 +11,7 @@ from tensortune.workloads._registry import (
     get_workload,
     parse_shape,
     register_workload,
+    workload_definition,
     workload_names,
 )
 from tensortune.workloads.operators import PRESETS
@@ -23,5 +24,6 @@ __all__ = [
     "operators",
     "parse_shape",
     "register_workload",
+    "workload_definition",
     "workload_names",
 ]

@@ -220,13 +220,18 @@ def workload_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_workload(name: str, *args: int, **shape: int) -> Workload:
-    """The registered workload `name` at the given shape (positional or by name)."""
+def workload_definition(name: str) -> WorkloadDef:
+    """The registration of `name`; `TensortuneError` if there is none."""
     if name not in _REGISTRY:
         raise TensortuneError(
             f"unknown workload {name!r}; known workloads: {', '.join(workload_names())}"
         )
-    return _REGISTRY[name].bind(*args, **shape)
+    return _REGISTRY[name]
+
+
+def get_workload(name: str, *args: int, **shape: int) -> Workload:
+    """The registered workload `name` at the given shape (positional or by name)."""
+    return workload_definition(name).bind(*args, **shape)
 
 
 def parse_shape(name: str, text: str) -> Workload:

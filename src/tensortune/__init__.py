@@ -1,0 +1,32 @@
+"""tensortune: learn to optimise tensor programs, as an Optuna plugin.
+
+An operator written once as a TVM tensor expression (`tensortune.workloads`) gets a schedule
+template whose knobs form an Optuna search space (`tensortune.templates`); each trial builds and
+times one schedule (`tensortune.measure`) and lands in Optuna storage.
+
+    import tensortune
+    study = tensortune.tune("matmul", shape=dict(M=512, N=512, K=512), n_trials=64)
+"""
+
+from tensortune.errors import TensortuneError
+from tensortune.export import export_best, load_kernel
+from tensortune.measure import MeasureSettings
+from tensortune.templates import CpuTemplate
+from tensortune.tuning import Objective, make_sampler, tune
+from tensortune.workloads import Workload, get_workload, register_workload
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CpuTemplate",
+    "MeasureSettings",
+    "Objective",
+    "TensortuneError",
+    "Workload",
+    "export_best",
+    "get_workload",
+    "load_kernel",
+    "make_sampler",
+    "register_workload",
+    "tune",
+]

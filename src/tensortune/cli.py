@@ -1,0 +1,143 @@
+"""``tensortune`` command line: tune, best, export, workloads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from tensortune.errors import TensortuneError
+from tensortune.storage import DEFAULT_STORAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tensortune", description="Tune tensor programs with TVM and Optuna."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tune = sub.add_parser("tune", help="run (or resume) a tuning study")
+    tune.add_argument("workload", help="registered workload name (see `tensortune workloads`)")
+    tune.add_argument(
+        "--shape",
+        required=True,
+        help="shape values in order (1024,1024,1024), by name (M=1024,N=1024,K=1024) or a "
+        "preset (resnet18-c7)",
+    )
+    tune.add_argument("--target", default="llvm", help="llvm (this machine; default) or a JSON target")
+    tune.add_argument("--trials", type=int, default=64, help="trials to run now (default 64)")
+    tune.add_argument("--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})")
+    tune.add_argument("--study", default=None, help="study name (default: workload and target)")
+    tune.add_argument("--sampler", choices=("random", "tpe", "gp"), default="tpe", help="default tpe")
+    tune.add_argument("--seed", type=int, default=None, help="sampler seed (default: unseeded)")
+    tune.add_argument("--batch-size", type=int, default=8, help="trials built in parallel (default 8)")
+    tune.add_argument("--number", type=int, default=1, help="runs per timed cost (default 1)")
+    tune.add_argument("--repeat", type=int, default=5, help="timed costs per candidate (default 5)")
+    tune.add_argument("--min-repeat-ms", type=int, default=50, help="least ms per cost (default 50)")
+    tune.add_argument("--build-timeout", type=float, default=60.0, help="seconds (default 60)")
+    tune.add_argument("--run-timeout", type=float, default=20.0, help="seconds (default 20)")
+    tune.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    best = sub.add_parser("best", help="print a study's best config and its numbers")
+    best.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    best.add_argument("--study", required=True)
+    best.add_argument("--json", action="store_true", help="print JSON")
+
+    export = sub.add_parser("export", help="compile a study's best kernel into a folder")
+    export.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    export.add_argument("--study", required=True)
+    export.add_argument("-o", "--output", required=True, help="folder to create")
+
+    sub.add_parser("workloads", help="list registered workloads and shape presets")
+    return parser
+
+
+def _print_summary(summary: dict) -> None:
+    print(f"study     {summary['study']}")
+    print(f"workload  {summary['workload']}")
+    print(f"trials    {summary['trials_complete']} complete of {summary['trials_total']}")
+    print(f"best      {summary['gflops']:.1f} GFLOP/s (trial {summary['trial']})")
+    if summary.get("vendor_gflops"):
+        print(
+            f"vendor    {summary['vendor_gflops']:.1f} GFLOP/s ({summary['vendor_library']}); "
+            f"best is {summary['gflops'] / summary['vendor_gflops']:.2f}x"
+        )
+    else:
+        print("vendor    no baseline for this operator (conv needs: pip install 'tensortune[baselines]')")
+    print("config    " + json.dumps(summary["config"]))
+
+
+def _tune(args: argparse.Namespace) -> None:
+    from tensortune.measure import MeasureSettings
+    from tensortune.storage import best_summary
+    from tensortune.tuning import tune
+    from tensortune.workloads import parse_shape
+
+    workload = parse_shape(args.workload, args.shape)
+    settings = MeasureSettings(
+        number=args.number,
+        repeat=args.repeat,
+        min_repeat_ms=args.min_repeat_ms,
+        build_timeout=args.build_timeout,
+        run_timeout=args.run_timeout,
+    )
+    study = tune(
+        workload,
+        args.target,
+        args.trials,
+        storage=args.storage,
+        study_name=args.study,
+        sampler=args.sampler,
+        seed=args.seed,
+        settings=settings,
+        batch_size=args.batch_size,
+        show_progress=not args.no_progress,
+    )
+    _print_summary(best_summary(study))
+
+
+def _best(args: argparse.Namespace) -> None:
+    from tensortune.storage import best_summary, load_study, open_storage
+
+    summary = best_summary(load_study(open_storage(args.storage, must_exist=True), args.study))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+
+
+def _export(args: argparse.Namespace) -> None:
+    from tensortune.export import export_best
+    from tensortune.storage import load_study, open_storage
+
+    study = load_study(open_storage(args.storage, must_exist=True), args.study)
+    print(f"exported to {export_best(study, args.output)}")
+
+
+def _workloads(args: argparse.Namespace) -> None:
+    from tensortune.workloads import PRESETS, workload_definition, workload_names
+
+    for name in workload_names():
+        params = workload_definition(name).params
+        print(f"{name}(" + ", ".join(p if d is None else f"{p}={d}" for p, d in params) + ")")
+    print("presets: " + ", ".join(f"{k} ({v[0]})" for k, v in PRESETS.items()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (2 for bad input, with one line on stderr)."""
+    args = _parser().parse_args(argv)
+    handler = {"tune": _tune, "best": _best, "export": _export, "workloads": _workloads}[args.command]
+    try:
+        handler(args)
+    except TensortuneError as err:
+        print(f"tensortune: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tensortune: interrupted; completed trials are saved", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Export a study's best kernel as a shared library plus its config, and load it back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from typing import Any
+
+import numpy as np
+import optuna
+
+from tensortune.errors import TensortuneError
+from tensortune.measure.worker_tasks import mismatch
+from tensortune.storage import best_summary, study_target, study_workload
+from tensortune.target import make_target
+from tensortune.templates import CpuTemplate
+from tensortune.workloads import Workload, get_workload
+
+LIBRARY = "kernel.so"
+MANIFEST = "config.json"
+FORMAT = 1
+
+
+def export_best(study: optuna.Study, directory: str) -> str:
+    """Compile the best config of `study` into ``directory/kernel.so`` with ``config.json``.
+
+    The folder appears whole or not at all: files are written to a temporary sibling that is
+    renamed at the end. An existing non-empty `directory` is refused. Returns the folder's path.
+    """
+    directory = os.path.abspath(directory)
+    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+        raise TensortuneError(f"{directory} already exists and is not an empty folder")
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise TensortuneError(f"cannot export to {directory}: folder {parent} does not exist")
+    summary = best_summary(study)
+    workload = study_workload(study)
+    target = study_target(study)
+    sch = CpuTemplate(workload).apply(summary["config"])
+
+    import tvm
+
+    staging = os.path.join(parent, f".{os.path.basename(directory)}.{uuid.uuid4().hex}.tmp")
+    os.makedirs(staging)
+    try:
+        library = os.path.join(staging, LIBRARY)
+        tvm.compile(sch.mod, target=make_target(target)).export_library(library)
+        manifest = {
+            "format": FORMAT,
+            "workload": workload.name,
+            "shape": dict(workload.shape),
+            "target": target,
+            "config": summary["config"],
+            "study": study.study_name,
+            "trial": summary["trial"],
+            "gflops": summary["gflops"],
+            "vendor_ratio": summary["vendor_ratio"],
+            "tvm_version": tvm.__version__,
+            "sha256": _sha256(library),
+        }
+        with open(os.path.join(staging, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=2)
+        if os.path.isdir(directory):
+            os.rmdir(directory)  # empty, checked above
+        os.rename(staging, directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory
+
+
+class Kernel:
+    """A loaded exported kernel. Call it with the input arrays; it returns the output(s).
+
+    Attributes:
+        workload: The operator at the shape it was tuned for.
+        config: The knob values it was built with.
+        manifest: Everything ``config.json`` records.
+    """
+
+    def __init__(self, workload: Workload, manifest: dict[str, Any], module: Any) -> None:
+        self.workload = workload
+        self.manifest = manifest
+        self.config = manifest["config"]
+        self._module = module
+
+    def __call__(self, *inputs: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        import tvm
+
+        specs = self.workload.argument_specs()
+        wanted = [(s, d) for s, d, is_input in specs if is_input]
+        if len(inputs) != len(wanted):
+            raise TensortuneError(f"{self.workload.key} takes {len(wanted)} inputs, got {len(inputs)}")
+        for index, (array, (shape, dtype)) in enumerate(zip(inputs, wanted, strict=True)):
+            if tuple(array.shape) != shape or str(array.dtype) != dtype:
+                raise TensortuneError(
+                    f"input {index} must be {dtype}{list(shape)}, got {array.dtype}{list(array.shape)}"
+                )
+        dev = tvm.cpu(0)
+        outputs = [np.empty(s, dtype=d) for s, d, is_input in specs if not is_input]
+        args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in [*inputs, *outputs]]
+        self._module["main"](*args)
+        results = [a.numpy() for a in args[len(inputs) :]]
+        return results[0] if len(results) == 1 else results
+
+    def check(self, seed: int = 0, rtol: float = 1e-3) -> None:
+        """Run on seeded random inputs and compare with the NumPy reference (default seed 0,
+        rtol 1e-3); `TensortuneError` on a mismatch."""
+        inputs = self.workload.random_inputs(seed)
+        got = self(*inputs)
+        outputs = got if isinstance(got, list) else [got]
+        for index, (out, want) in enumerate(zip(outputs, self.workload.reference(inputs), strict=True)):
+            error = mismatch(out, want, rtol)
+            if error:
+                raise TensortuneError(f"exported kernel gives a wrong output {index}: {error}")
+
+
+def load_kernel(directory: str) -> Kernel:
+    """Load a folder written by `export_best`; refuses a corrupt or mismatched export."""
+    manifest_path = os.path.join(directory, MANIFEST)
+    library = os.path.join(directory, LIBRARY)
+    if not os.path.isfile(manifest_path) or not os.path.isfile(library):
+        raise TensortuneError(f"{directory} is not a tensortune export ({MANIFEST} and {LIBRARY})")
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT}")
+        workload = get_workload(manifest["workload"], **manifest["shape"])
+        digest = manifest["sha256"]
+    except TensortuneError:
+        raise
+    except (ValueError, KeyError, TypeError) as err:
+        raise TensortuneError(f"corrupt export in {directory}: {MANIFEST}: {err}") from None
+    if _sha256(library) != digest:
+        raise TensortuneError(f"corrupt export in {directory}: {LIBRARY} does not match {MANIFEST}")
+    import tvm
+
+    try:
+        module = tvm.runtime.load_module(library)
+    except Exception as err:
+        raise TensortuneError(f"cannot load {library}: {str(err).strip().splitlines()[-1]}") from None
+    return Kernel(workload, manifest, module)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+

@@ -1,0 +1,216 @@
+"""Optuna integration: an objective for any sampler, and `tune`, the one-call entry point."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+
+from tensortune.errors import TensortuneError
+from tensortune.measure import MeasureResult, MeasureSettings, Measurer
+from tensortune.storage import create_study, find_study, open_storage
+from tensortune.target import describe, target_spec
+from tensortune.templates import CpuTemplate, InvalidConfig
+from tensortune.workloads import Workload, get_workload
+
+SAMPLERS = ("random", "tpe", "gp")
+
+
+class Objective:
+    """Optuna objective: suggest a config from the template, build it, check it, time it.
+
+    Returns GFLOP/s (maximise). A config that cannot be scheduled, fails to build, crashes,
+    hangs or computes a wrong result returns NaN, which Optuna records as a FAIL and moves on
+    from; the reason is in the trial's ``error`` and ``failed_stage`` user attrs. Completed
+    trials carry ``gflops``, ``cost_s`` (median seconds), ``costs_s``, ``compile_s`` and, when a
+    vendor baseline is known, ``vendor_ratio``.
+
+    Use it with ``study.optimize(objective, ...)`` or through `tune`, and close it (or use it as
+    a context manager) to stop its worker processes.
+
+    Args:
+        workload: The operator at its shape.
+        target: Target description (see `tensortune.target.target_spec`). Default ``"llvm"``,
+            this machine.
+        settings: Build and timing settings. Default `MeasureSettings()`.
+        vendor_gflops: The vendor library's GFLOP/s, for ``vendor_ratio``. Default None.
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        target: str | dict[str, Any] = "llvm",
+        settings: MeasureSettings | None = None,
+        vendor_gflops: float | None = None,
+    ) -> None:
+        self.workload = workload
+        self.target = target_spec(target)
+        self.template = CpuTemplate(workload)
+        self.measurer = Measurer(workload, self.target, settings)
+        self.vendor_gflops = vendor_gflops
+
+    def __enter__(self) -> Objective:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.measurer.close()
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        return self.evaluate([trial])[0]
+
+    def evaluate(self, trials: Sequence[optuna.Trial]) -> list[float]:
+        """Measure one config per trial as a batch (builds in parallel); GFLOP/s or NaN each."""
+        results: list[MeasureResult | None] = []
+        configs = []
+        for trial in trials:
+            config = self.template.suggest(trial)
+            try:
+                self.template.apply(config)
+            except (InvalidConfig, ValueError) as err:
+                results.append(MeasureResult(error=f"invalid config: {err}", stage="invalid"))
+                continue
+            results.append(None)
+            configs.append(config)
+        measured = iter(self.measurer.measure(configs))
+        values = []
+        for trial, known in zip(trials, results, strict=True):
+            result = known if known is not None else next(measured)
+            values.append(self._record(trial, result))
+        return values
+
+    def _record(self, trial: optuna.Trial, result: MeasureResult) -> float:
+        if not math.isnan(result.compile_seconds):
+            trial.set_user_attr("compile_s", round(result.compile_seconds, 4))
+        if result.error is not None:
+            trial.set_user_attr("error", result.error[:2000])
+            trial.set_user_attr("failed_stage", result.stage)
+            return float("nan")
+        gflops = self.workload.flop_count / result.cost / 1e9
+        trial.set_user_attr("gflops", round(gflops, 3))
+        trial.set_user_attr("cost_s", result.cost)
+        trial.set_user_attr("costs_s", result.costs)
+        if self.vendor_gflops:
+            trial.set_user_attr("vendor_ratio", round(gflops / self.vendor_gflops, 4))
+        return gflops
+
+
+def make_sampler(name: str, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """An Optuna sampler by name: ``random``, ``tpe`` or ``gp``, seeded with `seed` (default
+    None: unseeded)."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "tpe":
+        # constant_liar: trials asked in one batch see each other as pending, not as holes.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    if name == "gp":
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise TensortuneError("the gp sampler needs PyTorch: pip install 'tensortune[baselines]'")
+        return optuna.samplers.GPSampler(seed=seed)
+    raise TensortuneError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def default_study_name(workload: Workload, target: dict[str, Any]) -> str:
+    return f"{workload.key}@{describe(target)}"
+
+
+def tune(
+    workload: Workload | str,
+    target: str | dict[str, Any] = "llvm",
+    n_trials: int = 64,
+    *,
+    shape: dict[str, int] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    sampler: optuna.samplers.BaseSampler | str | None = None,
+    seed: int | None = None,
+    settings: MeasureSettings | None = None,
+    batch_size: int = 8,
+    show_progress: bool = True,
+) -> optuna.Study:
+    """Tune `workload` on `target` for `n_trials` more trials; returns the Optuna study.
+
+    Running it again with the same storage and study name resumes the study, adding trials.
+
+    Args:
+        workload: A `Workload`, or a registered workload name together with `shape`.
+        target: Target description. Default ``"llvm"``: this machine, its CPU and cores detected.
+        n_trials: Trials to run now (a resumed study keeps its earlier ones). Default 64.
+        shape: Shape parameters when `workload` is a name. Default None.
+        storage: Optuna storage URL. Default ``sqlite:///tensortune.db`` in the working folder.
+        study_name: Default ``"<workload key>@<target>"``, e.g.
+            ``"matmul(M=64,N=64,K=64)@llvm-znver4"``.
+        sampler: An Optuna sampler, or ``"random"``, ``"tpe"`` or ``"gp"``. Default ``"tpe"``.
+        seed: Seed for a sampler given by name. Default None (unseeded).
+        settings: Build and timing settings. Default `MeasureSettings()`.
+        batch_size: Trials asked of the sampler at once and built in parallel. Default 8.
+        show_progress: Show a progress bar on stderr. Default True.
+    """
+    if isinstance(workload, str):
+        workload = get_workload(workload, **(shape or {}))
+    if n_trials < 1:
+        raise TensortuneError(f"n_trials must be at least 1, got {n_trials}")
+    if batch_size < 1:
+        raise TensortuneError(f"batch_size must be at least 1, got {batch_size}")
+    spec = target_spec(target)
+    if sampler is None or isinstance(sampler, str):
+        sampler = make_sampler(sampler or "tpe", seed)
+    name = study_name or default_study_name(workload, spec)
+    if not name.strip():
+        raise TensortuneError("study name must not be empty")
+    db = open_storage(storage)
+    study = find_study(db, name, workload, spec)
+    with Objective(workload, spec, settings) as objective:
+        if study is None:
+            vendor = objective.measurer.vendor_baseline()
+            study = create_study(db, name, workload, spec, vendor, sampler)
+        else:
+            study.sampler = sampler
+        objective.vendor_gflops = study.user_attrs.get("vendor_gflops")
+        _run_batches(study, objective, n_trials, batch_size, show_progress)
+    return study
+
+
+def _run_batches(
+    study: optuna.Study, objective: Objective, n_trials: int, batch_size: int, show_progress: bool
+) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=n_trials, disable=not show_progress, unit="trial", desc=study.study_name)
+    start, done = time.perf_counter(), 0
+    try:
+        while done < n_trials:
+            trials = [study.ask() for _ in range(min(batch_size, n_trials - done))]
+            try:
+                values = objective.evaluate(trials)
+            except BaseException:
+                # Interrupted mid-batch: close the asked trials so none stays RUNNING.
+                for trial in trials:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                raise
+            for trial, value in zip(trials, values, strict=True):
+                if math.isnan(value):
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                else:
+                    study.tell(trial, value)
+            done += len(trials)
+            bar.update(len(trials))
+            best = _best_value(study)
+            if best is not None:
+                bar.set_postfix(best=f"{best:.1f} GFLOP/s", elapsed=f"{time.perf_counter() - start:.0f}s")
+    finally:
+        bar.close()
+
+
+def _best_value(study: optuna.Study) -> float | None:
+    try:
+        return study.best_value
+    except ValueError:  # no completed trial yet
+        return None
