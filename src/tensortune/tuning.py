@@ -37,6 +37,8 @@ class Objective:
             this machine.
         settings: Build and timing settings. Default `MeasureSettings()`.
         vendor_gflops: The vendor library's GFLOP/s, for ``vendor_ratio``. Default None.
+        template: Knobs → schedule; anything with the methods of `CpuTemplate` (``workload``,
+            ``suggest``, ``apply``). Default None: ``CpuTemplate(workload)``.
     """
 
     def __init__(
@@ -45,11 +47,12 @@ class Objective:
         target: str | dict[str, Any] = "llvm",
         settings: MeasureSettings | None = None,
         vendor_gflops: float | None = None,
+        template: CpuTemplate | None = None,
     ) -> None:
         self.workload = workload
         self.target = target_spec(target)
-        self.template = CpuTemplate(workload)
-        self.measurer = Measurer(workload, self.target, settings)
+        self.template = template if template is not None else CpuTemplate(workload)
+        self.measurer = Measurer(self.template, self.target, settings)
         self.vendor_gflops = vendor_gflops
 
     def __enter__(self) -> Objective:
@@ -72,8 +75,12 @@ class Objective:
             config = self.template.suggest(trial)
             try:
                 self.template.apply(config)
-            except (InvalidConfig, ValueError) as err:
+            except InvalidConfig as err:
                 results.append(MeasureResult(error=f"invalid config: {err}", stage="invalid"))
+                continue
+            except Exception as err:  # a template's own bug fails this trial, not the study
+                reason = f"template failed: {type(err).__name__}: {err}"
+                results.append(MeasureResult(error=reason, stage="invalid"))
                 continue
             results.append(None)
             configs.append(config)
@@ -134,6 +141,7 @@ def tune(
     settings: MeasureSettings | None = None,
     batch_size: int = 8,
     show_progress: bool = True,
+    template: CpuTemplate | None = None,
 ) -> optuna.Study:
     """Tune `workload` on `target` for `n_trials` more trials; returns the Optuna study.
 
@@ -152,6 +160,7 @@ def tune(
         settings: Build and timing settings. Default `MeasureSettings()`.
         batch_size: Trials asked of the sampler at once and built in parallel. Default 8.
         show_progress: Show a progress bar on stderr. Default True.
+        template: Knobs → schedule (see `Objective`). Default None: ``CpuTemplate(workload)``.
     """
     if isinstance(workload, str):
         workload = get_workload(workload, **(shape or {}))
@@ -167,7 +176,7 @@ def tune(
         raise TensortuneError("study name must not be empty")
     db = open_storage(storage)
     study = find_study(db, name, workload, spec)
-    with Objective(workload, spec, settings) as objective:
+    with Objective(workload, spec, settings, template=template) as objective:
         if study is None:
             vendor = objective.measurer.vendor_baseline()
             study = create_study(db, name, workload, spec, vendor, sampler)

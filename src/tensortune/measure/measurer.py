@@ -23,7 +23,6 @@ from typing import Any
 from tensortune.measure import worker_tasks
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
-from tensortune.workloads import Workload
 
 # Idle workers are recycled after this many tasks: TVM notes a slow leak in long-lived builders.
 _MAX_USES = 256
@@ -61,21 +60,23 @@ def _worker_env() -> None:
 
 
 class Measurer:
-    """Builds and times candidates of one workload on the host.
+    """Builds and times candidates of one template (and so one workload) on the host.
 
     Use as a context manager (or call `close`) so that the worker processes and the temporary
     kernel files go away.
 
     Args:
-        workload: The operator at its shape.
+        template: Knobs → schedule for the workload, e.g. a `tensortune.CpuTemplate`; anything
+            with ``workload`` and ``apply(config)`` that pickles.
         target: Target dict, as returned by `tensortune.target.target_spec`.
         settings: Build and timing settings. Default `MeasureSettings()`.
     """
 
     def __init__(
-        self, workload: Workload, target: dict[str, Any], settings: MeasureSettings | None = None
+        self, template: Any, target: dict[str, Any], settings: MeasureSettings | None = None
     ) -> None:
-        self.workload = workload
+        self.template = template
+        self.workload = template.workload
         self.target = target
         self.settings = settings or MeasureSettings()
         self._builders: Any = None
@@ -126,7 +127,7 @@ class Measurer:
         for config in configs:
             path = os.path.join(self._dir, f"{uuid.uuid4().hex}.so")
             future = self._builders.submit(
-                worker_tasks.build, self.workload, dict(config), self.target, path
+                worker_tasks.build, self.template, dict(config), self.target, path
             )
             futures.append((future, path))
         results = [self._collect_build(future, path) for future, path in futures]

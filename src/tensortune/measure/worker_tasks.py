@@ -1,7 +1,8 @@
 """Functions that run inside the build and run worker processes.
 
-They take only picklable arguments (a workload, a config dict, a target dict, paths) because
-pickling TVM IR segfaults on some tvm-ffi versions (see tvm-0.27-facts.md).
+They take only plain Python arguments (a template, a workload, a config dict, a target dict,
+paths), sent with cloudpickle, never TVM IR: pickling IR segfaults on some tvm-ffi versions
+(see tvm-0.27-facts.md), and a workload registered in a user's script travels by value.
 """
 
 from __future__ import annotations
@@ -22,16 +23,13 @@ def warm_up() -> None:
     import tvm  # noqa: F401
 
 
-def build(
-    workload: Workload, config: dict[str, Any], target: dict[str, Any], path: str
-) -> float:
-    """Schedule `config`, compile it and export it to `path`; returns compile seconds."""
+def build(template: Any, config: dict[str, Any], target: dict[str, Any], path: str) -> float:
+    """Schedule `config` with `template`, compile it and export it to `path`; returns compile
+    seconds."""
     import tvm
 
-    from tensortune.templates import CpuTemplate
-
     start = time.perf_counter()
-    sch = CpuTemplate(workload).apply(config)
+    sch = template.apply(config)
     tvm.compile(sch.mod, target=tvm.target.Target(target)).export_library(path)
     return time.perf_counter() - start
 
