@@ -59,8 +59,8 @@ def export_best(study: optuna.Study, directory: str) -> str:
             "gflops": summary["gflops"],
             "vendor_ratio": summary["vendor_ratio"],
             "tvm_version": tvm.__version__,
-            "sha256": _sha256(library),
         }
+        manifest["sha256"] = _digest(library, manifest)
         with open(os.path.join(staging, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=2)
         if os.path.isdir(directory):
@@ -128,14 +128,16 @@ def load_kernel(directory: str) -> Kernel:
             manifest = json.load(f)
         if manifest.get("format") != FORMAT:
             raise ValueError(f"format {manifest.get('format')!r}, expected {FORMAT}")
+        digest = manifest.pop("sha256")
+        if _digest(library, manifest) != digest:
+            raise TensortuneError(
+                f"corrupt export in {directory}: {LIBRARY} does not match {MANIFEST}"
+            )
         workload = get_workload(manifest["workload"], **manifest["shape"])
-        digest = manifest["sha256"]
     except TensortuneError:
         raise
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise TensortuneError(f"corrupt export in {directory}: {MANIFEST}: {err}") from None
-    if _sha256(library) != digest:
-        raise TensortuneError(f"corrupt export in {directory}: {LIBRARY} does not match {MANIFEST}")
     import tvm
 
     try:
@@ -145,10 +147,12 @@ def load_kernel(directory: str) -> Kernel:
     return Kernel(workload, manifest, module)
 
 
-def _sha256(path: str) -> str:
+def _digest(library: str, manifest: dict[str, Any]) -> str:
+    """SHA-256 over the library and the manifest, so that editing either one is detected."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(library, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
+    digest.update(json.dumps(manifest, sort_keys=True).encode())
     return digest.hexdigest()
 

@@ -99,11 +99,11 @@ class Objective:
             trial.set_user_attr("failed_stage", result.stage)
             return float("nan")
         gflops = self.workload.flop_count / result.cost / 1e9
-        trial.set_user_attr("gflops", round(gflops, 3))
+        trial.set_user_attr("gflops", gflops)
         trial.set_user_attr("cost_s", result.cost)
         trial.set_user_attr("costs_s", result.costs)
         if self.vendor_gflops:
-            trial.set_user_attr("vendor_ratio", round(gflops / self.vendor_gflops, 4))
+            trial.set_user_attr("vendor_ratio", gflops / self.vendor_gflops)
         return gflops
 
 

@@ -29,7 +29,7 @@ def vendor_kernel(workload: Workload, threads: int) -> tuple[str, Callable[[], o
 
         def dense() -> object:
             np.matmul(x, wt, out=out)
-            out += bias
+            np.add(out, bias, out=out)
             return np.maximum(out, 0, out=out)
 
         return _blas_name(), dense

@@ -16,6 +16,7 @@ import shutil
 import statistics
 import tempfile
 import uuid
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -171,12 +172,18 @@ class Measurer:
         worker like a candidate; None when no vendor library covers the operator."""
         self._start()
         s = self.settings
-        self._runner.send(
-            worker_tasks.vendor_time,
-            (self.workload, s.repeat, s.min_repeat_ms, int(self.target.get("num-cores", host_cores()))),
-            timeout=_WARM_UP_TIMEOUT,
-        )
-        found = self._runner.recv()
+        threads = int(self.target.get("num-cores", host_cores()))
+        try:
+            self._runner.send(
+                worker_tasks.vendor_time,
+                (self.workload, s.repeat, s.min_repeat_ms, threads),
+                timeout=_WARM_UP_TIMEOUT,
+            )
+            found = self._runner.recv()
+        except Exception as err:  # tuning is still worth doing without a baseline
+            warnings.warn(f"vendor baseline failed, tuning without it: {_last_line(err)}", stacklevel=2)
+            self._runner.kill()
+            return None
         if found is None:
             return None
         name, costs = found
