@@ -43,7 +43,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=128, help="trials per workload (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="TPE seed (default 0)")
     parser.add_argument("--out", default=RESULTS, help=f"results folder (default {RESULTS})")
-    parser.add_argument("--storage", default=None, help="Optuna storage (default: a temp SQLite file)")
+    parser.add_argument(
+        "--storage", default=None, help="Optuna storage (default: a temp SQLite file)"
+    )
     args = parser.parse_args()
     cases, trials = (QUICK, 8) if args.quick else (FULL, args.trials)
     os.makedirs(args.out, exist_ok=True)
@@ -53,22 +55,32 @@ def main() -> None:
     for label, name, shape in cases:
         start = time.perf_counter()
         study = tensortune.tune(
-            name, shape=shape, n_trials=trials, storage=storage, study_name=f"{label}-s{args.seed}",
-            sampler="tpe", seed=args.seed, show_progress=not args.quick,
+            name,
+            shape=shape,
+            n_trials=trials,
+            storage=storage,
+            study_name=f"{label}-s{args.seed}",
+            sampler="tpe",
+            seed=args.seed,
+            show_progress=not args.quick,
         )
         wall = time.perf_counter() - start
         summary = best_summary(study)
         vendor = study.user_attrs.get("vendor_gflops")
-        rows.append({
-            "workload": label, "trials": trials, "seed": args.seed,
-            "best_gflops": round(summary["gflops"], 1),
-            "vendor_library": study.user_attrs.get("vendor_library", ""),
-            "vendor_gflops": round(vendor, 1) if vendor else "",
-            "ratio_to_vendor": round(summary["gflops"] / vendor, 3) if vendor else "",
-            "failed_trials": summary["trials_total"] - summary["trials_complete"],
-            "wall_s": round(wall, 1),
-            "best_config": summary["config"],
-        })
+        rows.append(
+            {
+                "workload": label,
+                "trials": trials,
+                "seed": args.seed,
+                "best_gflops": round(summary["gflops"], 1),
+                "vendor_library": study.user_attrs.get("vendor_library", ""),
+                "vendor_gflops": round(vendor, 1) if vendor else "",
+                "ratio_to_vendor": round(summary["gflops"] / vendor, 3) if vendor else "",
+                "failed_trials": summary["trials_total"] - summary["trials_complete"],
+                "wall_s": round(wall, 1),
+                "best_config": summary["config"],
+            }
+        )
         _write_curve(study, os.path.join(args.out, f"template_ceiling_{label}.csv"))
         print({k: v for k, v in rows[-1].items() if k != "best_config"}, flush=True)
     suffix = "_quick" if args.quick else ""
@@ -76,7 +88,10 @@ def main() -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print(f"machine: {platform.processor() or platform.machine()}, llvm mcpu {host_cpu()}, {host_cores()} cores")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, "
+        f"llvm mcpu {host_cpu()}, {host_cores()} cores"
+    )
 
 
 def _write_curve(study: optuna.Study, path: str) -> None:

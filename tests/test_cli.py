@@ -19,8 +19,24 @@ FAST = ["--repeat", "2", "--min-repeat-ms", "2", "--no-progress"]
 
 
 def tune_args(storage, trials=4, *extra):
-    return ["tune", "matmul", "--shape", "32,32,32", "--trials", str(trials),
-            "--storage", storage, "--study", "mm", "--seed", "0", "--batch-size", "4", *FAST, *extra]
+    return [
+        "tune",
+        "matmul",
+        "--shape",
+        "32,32,32",
+        "--trials",
+        str(trials),
+        "--storage",
+        storage,
+        "--study",
+        "mm",
+        "--seed",
+        "0",
+        "--batch-size",
+        "4",
+        *FAST,
+        *extra,
+    ]
 
 
 def test_tune_resume_best_export(tmp_path, capsys):
@@ -28,7 +44,10 @@ def test_tune_resume_best_export(tmp_path, capsys):
     # The installed console script, as a user runs it.
     done = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "tensortune"), *tune_args(storage)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     assert "best" in done.stdout and "GFLOP/s" in done.stdout
@@ -44,7 +63,8 @@ def test_tune_resume_best_export(tmp_path, capsys):
         assert trial.user_attrs["compile_s"] > 0
         assert len(trial.user_attrs["costs_s"]) == 2
         assert trial.user_attrs["vendor_ratio"] == pytest.approx(
-            trial.value / study.user_attrs["vendor_gflops"], rel=1e-3)
+            trial.value / study.user_attrs["vendor_gflops"], rel=1e-3
+        )
     assert study.user_attrs["workload"] == "matmul(M=32,N=32,K=32)"
     assert study.user_attrs["vendor_library"].startswith("numpy")
 
@@ -81,8 +101,15 @@ def test_python_api_with_each_optuna_sampler(tmp_path, fast_settings):
     workload = tensortune.get_workload("dense_bias_relu", 16, 32, 16)
     for name in ("random", "tpe", "gp"):
         study = tensortune.tune(
-            workload, n_trials=4, storage=storage, study_name=name, sampler=name, seed=1,
-            settings=fast_settings, batch_size=2, show_progress=False,
+            workload,
+            n_trials=4,
+            storage=storage,
+            study_name=name,
+            sampler=name,
+            seed=1,
+            settings=fast_settings,
+            batch_size=2,
+            show_progress=False,
         )
         assert len(study.trials) == 4
         assert any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
@@ -94,11 +121,15 @@ BAD_INPUTS = [
     (["tune", "matmul", "--shape", "4,four,4"], "not an integer"),
     (["tune", "matmul", "--shape", "4,4,4", "--target", "cuda"], "unsupported target kind 'cuda'"),
     (["tune", "matmul", "--shape", "4,4,4", "--target", "{oops"], "malformed target"),
-    (["tune", "matmul", "--shape", "4,4,4", "--target", '{"kind": "llvm", "bogus": 1}'],
-     "Unknown config option 'bogus'"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--target", '{"kind": "llvm", "bogus": 1}'],
+        "Unknown config option 'bogus'",
+    ),
     (["tune", "matmul", "--shape", "4,4,4", "--target", "llvm -mcpu"], "expected -key=value"),
-    (["tune", "matmul", "--shape", "4,4,4", "--storage", "sqlite:////no/such/dir/x.db"],
-     "folder /no/such/dir does not exist"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--storage", "sqlite:////no/such/dir/x.db"],
+        "folder /no/such/dir does not exist",
+    ),
     (["tune", "matmul", "--shape", "4,4,4", "--storage", "nosuchdb://x"], "cannot open storage"),
     (["tune", "matmul", "--shape", "4,4,4", "--storage", "tensortune.db"], "malformed storage URL"),
     (["tune", "matmul", "--shape", "4,4,4", "--trials", "0"], "n_trials must be at least 1"),
@@ -128,15 +159,34 @@ def test_missing_study_and_mismatched_resume(tmp_path, capsys):
     assert main(["best", "--storage", storage, "--study", "other"]) == 2
     assert "not made by tensortune" in capsys.readouterr().err
     # Resuming a study under a name that holds another workload is refused before any trial.
-    assert main(["tune", "matmul", "--shape", "4,4,4", "--storage", storage, "--study", "other",
-                 *FAST]) == 2
+    assert (
+        main(
+            ["tune", "matmul", "--shape", "4,4,4", "--storage", storage, "--study", "other", *FAST]
+        )
+        == 2
+    )
     assert "choose another study name" in capsys.readouterr().err
     assert len(optuna.load_study(study_name="other", storage=storage).trials) == 0
 
 
 def test_module_entry_point_lists_workloads():
-    done = subprocess.run([sys.executable, "-m", "tensortune.cli", "workloads"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "tensortune.cli", "workloads"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0
     assert "conv2d(N, C, H, W, OC, KH=3, KW=3, stride=1, pad=1)" in done.stdout
     assert "resnet18-c7" in done.stdout
+
+
+def test_objective_with_threads(storage_url, fast_settings):
+    """study.optimize(n_jobs=2): the threads share one set of workers, one batch at a time."""
+    workload = tensortune.get_workload("batch_matmul", 2, 16, 16, 16)
+    study = optuna.create_study(
+        storage=storage_url, direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0)
+    )
+    with tensortune.Objective(workload, settings=fast_settings) as objective:
+        study.optimize(objective, n_trials=4, n_jobs=2)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4

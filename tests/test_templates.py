@@ -26,8 +26,17 @@ def test_knobs_declare_readable_distributions():
     template = CpuTemplate(parse_shape("conv2d", "resnet18-c7"))
     dists = template.distributions()
     assert set(dists) == {
-        "tile_f", "tile_y", "tile_x", "tile_rc", "tile_ry", "tile_rx",
-        "inner_axis", "order", "parallel", "unroll", "accumulate",
+        "tile_f",
+        "tile_y",
+        "tile_x",
+        "tile_rc",
+        "tile_ry",
+        "tile_rx",
+        "inner_axis",
+        "order",
+        "parallel",
+        "unroll",
+        "accumulate",
     }
     assert "2x2x4x16" in dists["tile_f"].choices
     assert set(dists["inner_axis"].choices) == {"f", "y", "x"}
@@ -41,16 +50,25 @@ def test_knobs_declare_readable_distributions():
 
 
 def _scheduled_loops(sch):
-    return {str(sch.get(loop).loop_var.name): int(sch.get(loop).extent)
-            for block in ("C",) for loop in sch.get_loops(sch.get_sblock(block))}
+    return {
+        str(sch.get(loop).loop_var.name): int(sch.get(loop).extent)
+        for block in ("C",)
+        for loop in sch.get_loops(sch.get_sblock(block))
+    }
 
 
 def test_config_becomes_the_schedule_it_names():
     workload = get_workload("matmul", 64, 128, 32)
     template = CpuTemplate(workload)
     config = {
-        "tile_i": "2x4x2x4", "tile_j": "2x2x2x16", "tile_k": "8x4", "inner_axis": "j",
-        "order": "S0 S1 R0 S2 R1 S3", "parallel": 2, "unroll": 64, "accumulate": "inner",
+        "tile_i": "2x4x2x4",
+        "tile_j": "2x2x2x16",
+        "tile_k": "8x4",
+        "inner_axis": "j",
+        "order": "S0 S1 R0 S2 R1 S3",
+        "parallel": 2,
+        "unroll": 64,
+        "accumulate": "inner",
     }
     sch = template.apply(config)
     script = sch.mod.script()
@@ -58,7 +76,7 @@ def test_config_becomes_the_schedule_it_names():
     assert "T.vectorized(16)" in script  # innermost j tile
     assert '"pragma_auto_unroll_max_step": 64' in script
     assert "C_global" in script  # local accumulation
-    loops = [int(sch.get(l).extent) for l in sch.get_loops(sch.get_sblock("C_update"))]
+    loops = [int(sch.get(loop).extent) for loop in sch.get_loops(sch.get_sblock("C_update"))]
     assert loops == [4, 4, 2, 8, 2, 2, 4, 4, 16]  # fused S0, S1 (i, j), R0, S2 (i, j), R1, S3
 
 

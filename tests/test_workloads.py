@@ -110,8 +110,13 @@ def test_register_a_workload_and_tune_it(storage_url, fast_settings):
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     study = tensortune.tune(
-        workload, n_trials=3, storage=storage_url, settings=fast_settings, seed=0,
-        batch_size=3, show_progress=False,
+        workload,
+        n_trials=3,
+        storage=storage_url,
+        settings=fast_settings,
+        seed=0,
+        batch_size=3,
+        show_progress=False,
     )
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     assert all(t.user_attrs["gflops"] > 0 for t in study.trials)

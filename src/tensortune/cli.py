@@ -25,16 +25,26 @@ def _parser() -> argparse.ArgumentParser:
         help="shape values in order (1024,1024,1024), by name (M=1024,N=1024,K=1024) or a "
         "preset (resnet18-c7)",
     )
-    tune.add_argument("--target", default="llvm", help="llvm (this machine; default) or a JSON target")
+    tune.add_argument(
+        "--target", default="llvm", help="llvm (this machine; default) or a JSON target"
+    )
     tune.add_argument("--trials", type=int, default=64, help="trials to run now (default 64)")
-    tune.add_argument("--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})")
+    tune.add_argument(
+        "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})"
+    )
     tune.add_argument("--study", default=None, help="study name (default: workload and target)")
-    tune.add_argument("--sampler", choices=("random", "tpe", "gp"), default="tpe", help="default tpe")
+    tune.add_argument(
+        "--sampler", choices=("random", "tpe", "gp"), default="tpe", help="default tpe"
+    )
     tune.add_argument("--seed", type=int, default=None, help="sampler seed (default: unseeded)")
-    tune.add_argument("--batch-size", type=int, default=8, help="trials built in parallel (default 8)")
+    tune.add_argument(
+        "--batch-size", type=int, default=8, help="trials built in parallel (default 8)"
+    )
     tune.add_argument("--number", type=int, default=1, help="runs per timed cost (default 1)")
     tune.add_argument("--repeat", type=int, default=5, help="timed costs per candidate (default 5)")
-    tune.add_argument("--min-repeat-ms", type=int, default=50, help="least ms per cost (default 50)")
+    tune.add_argument(
+        "--min-repeat-ms", type=int, default=50, help="least ms per cost (default 50)"
+    )
     tune.add_argument("--build-timeout", type=float, default=60.0, help="seconds (default 60)")
     tune.add_argument("--run-timeout", type=float, default=20.0, help="seconds (default 20)")
     tune.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -64,7 +74,10 @@ def _print_summary(summary: dict) -> None:
             f"best is {summary['gflops'] / summary['vendor_gflops']:.2f}x"
         )
     else:
-        print("vendor    no baseline for this operator (conv needs: pip install 'tensortune[baselines]')")
+        print(
+            "vendor    no baseline for this operator "
+            "(convolutions need: pip install 'tensortune[baselines]')"
+        )
     print("config    " + json.dumps(summary["config"]))
 
 
@@ -127,7 +140,9 @@ def _workloads(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 for bad input, with one line on stderr)."""
     args = _parser().parse_args(argv)
-    handler = {"tune": _tune, "best": _best, "export": _export, "workloads": _workloads}[args.command]
+    handler = {"tune": _tune, "best": _best, "export": _export, "workloads": _workloads}[
+        args.command
+    ]
     try:
         handler(args)
     except TensortuneError as err:

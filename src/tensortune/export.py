@@ -92,11 +92,14 @@ class Kernel:
         specs = self.workload.argument_specs()
         wanted = [(s, d) for s, d, is_input in specs if is_input]
         if len(inputs) != len(wanted):
-            raise TensortuneError(f"{self.workload.key} takes {len(wanted)} inputs, got {len(inputs)}")
+            raise TensortuneError(
+                f"{self.workload.key} takes {len(wanted)} inputs, got {len(inputs)}"
+            )
         for index, (array, (shape, dtype)) in enumerate(zip(inputs, wanted, strict=True)):
             if tuple(array.shape) != shape or str(array.dtype) != dtype:
                 raise TensortuneError(
-                    f"input {index} must be {dtype}{list(shape)}, got {array.dtype}{list(array.shape)}"
+                    f"input {index} must be {dtype}{list(shape)}, "
+                    f"got {array.dtype}{list(array.shape)}"
                 )
         dev = tvm.cpu(0)
         outputs = [np.empty(s, dtype=d) for s, d, is_input in specs if not is_input]
@@ -111,7 +114,9 @@ class Kernel:
         inputs = self.workload.random_inputs(seed)
         got = self(*inputs)
         outputs = got if isinstance(got, list) else [got]
-        for index, (out, want) in enumerate(zip(outputs, self.workload.reference(inputs), strict=True)):
+        for index, (out, want) in enumerate(
+            zip(outputs, self.workload.reference(inputs), strict=True)
+        ):
             error = mismatch(out, want, rtol)
             if error:
                 raise TensortuneError(f"exported kernel gives a wrong output {index}: {error}")
@@ -143,7 +148,9 @@ def load_kernel(directory: str) -> Kernel:
     try:
         module = tvm.runtime.load_module(library)
     except Exception as err:
-        raise TensortuneError(f"cannot load {library}: {str(err).strip().splitlines()[-1]}") from None
+        raise TensortuneError(
+            f"cannot load {library}: {str(err).strip().splitlines()[-1]}"
+        ) from None
     return Kernel(workload, manifest, module)
 
 
@@ -155,4 +162,3 @@ def _digest(library: str, manifest: dict[str, Any]) -> str:
             digest.update(chunk)
     digest.update(json.dumps(manifest, sort_keys=True).encode())
     return digest.hexdigest()
-

@@ -48,7 +48,9 @@ def target_spec(text: str | dict[str, Any] | None = "llvm") -> dict[str, Any]:
         try:
             spec = json.loads(text)
         except json.JSONDecodeError as err:
-            raise TensortuneError(f"malformed target {text!r}: not valid JSON ({err.msg})") from None
+            raise TensortuneError(
+                f"malformed target {text!r}: not valid JSON ({err.msg})"
+            ) from None
         if not isinstance(spec, dict):
             raise TensortuneError(f"malformed target {text!r}: expected a JSON object")
     else:

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 
 from tensortune.errors import TensortuneError
-from tensortune.measure import MeasureResult, MeasureSettings, Measurer
+from tensortune.measure import Measurer, MeasureResult, MeasureSettings
 from tensortune.storage import create_study, find_study, open_storage
 from tensortune.target import describe, target_spec
 from tensortune.templates import CpuTemplate, InvalidConfig
@@ -119,7 +119,9 @@ def make_sampler(name: str, seed: int | None = None) -> optuna.samplers.BaseSamp
         import importlib.util
 
         if importlib.util.find_spec("torch") is None:
-            raise TensortuneError("the gp sampler needs PyTorch: pip install 'tensortune[baselines]'")
+            raise TensortuneError(
+                "the gp sampler needs PyTorch: pip install 'tensortune[baselines]'"
+            )
         return optuna.samplers.GPSampler(seed=seed)
     raise TensortuneError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
@@ -213,7 +215,9 @@ def _run_batches(
             bar.update(len(trials))
             best = _best_value(study)
             if best is not None:
-                bar.set_postfix(best=f"{best:.1f} GFLOP/s", elapsed=f"{time.perf_counter() - start:.0f}s")
+                bar.set_postfix(
+                    best=f"{best:.1f} GFLOP/s", elapsed=f"{time.perf_counter() - start:.0f}s"
+                )
     finally:
         bar.close()
 

@@ -20,7 +20,7 @@ def vendor_kernel(workload: Workload, threads: int) -> tuple[str, Callable[[], o
     name = workload.name
     if name in ("matmul", "batch_matmul"):
         a, b = inputs
-        out = np.empty(a.shape[:-1] + (b.shape[-1],), dtype=a.dtype)
+        out = np.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype)
         return _blas_name(), lambda: np.matmul(a, b, out=out)
     if name == "dense_bias_relu":
         x, w, bias = inputs

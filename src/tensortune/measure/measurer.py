@@ -15,6 +15,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import threading
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -83,6 +84,8 @@ class Measurer:
         self._builders: Any = None
         self._runner: Any = None
         self._dir: str | None = None
+        # One batch at a time: threads of study.optimize(n_jobs=...) share the workers.
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Measurer:
         return self
@@ -122,6 +125,10 @@ class Measurer:
         timed. A config that fails to build, crashes, hangs or computes a wrong result gets a
         failed `MeasureResult`; the others are unaffected.
         """
+        with self._lock:
+            return self._measure(configs)
+
+    def _measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
         self._start()
         assert self._dir is not None
         futures: list[tuple[Future, str]] = []
@@ -153,7 +160,9 @@ class Measurer:
         assert result.library is not None
         args = (result.library, self.workload, s.number, s.repeat, s.min_repeat_ms)
         try:
-            self._runner.send(worker_tasks.run, (*args, s.check_results, s.rtol), timeout=s.run_timeout)
+            self._runner.send(
+                worker_tasks.run, (*args, s.check_results, s.rtol), timeout=s.run_timeout
+            )
             outcome = self._runner.recv()
         except TimeoutError:
             result.error, result.stage = f"run timed out after {s.run_timeout:g} s", "timeout"
@@ -170,6 +179,10 @@ class Measurer:
     def vendor_baseline(self) -> tuple[str, float] | None:
         """(library, median seconds) of the vendor's kernel for this workload, timed in the run
         worker like a candidate; None when no vendor library covers the operator."""
+        with self._lock:
+            return self._vendor_baseline()
+
+    def _vendor_baseline(self) -> tuple[str, float] | None:
         self._start()
         s = self.settings
         threads = int(self.target.get("num-cores", host_cores()))
@@ -181,7 +194,9 @@ class Measurer:
             )
             found = self._runner.recv()
         except Exception as err:  # tuning is still worth doing without a baseline
-            warnings.warn(f"vendor baseline failed, tuning without it: {_last_line(err)}", stacklevel=2)
+            warnings.warn(
+                f"vendor baseline failed, tuning without it: {_last_line(err)}", stacklevel=2
+            )
             self._runner.kill()
             return None
         if found is None:

@@ -12,6 +12,7 @@ it (a fused epilogue such as bias + ReLU) are computed per tile when local accum
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -110,7 +111,7 @@ class CpuTemplate:
         self.program = analyze(workload)
 
     # -- the space ---------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def splits(self) -> dict[str, SplitKnob]:
         """One split knob per axis longer than 1, keyed by axis name."""
         out = {}
@@ -122,7 +123,7 @@ class CpuTemplate:
                 )
         return out
 
-    @property
+    @functools.cached_property
     def knobs(self) -> list[ChoiceKnob]:
         """All knobs in the order they are suggested."""
         long_spatial = [a.name for a in self.program.spatial if a.extent > 1]
@@ -185,12 +186,18 @@ class CpuTemplate:
         if inner_axis is not None:  # the vectorised axis goes last in every spatial level
             spatial_names.remove(inner_axis)
             spatial_names.append(inner_axis)
-        order = config.get("order", ORDERS[0]).split() if program.reduction else ["S0", "S1", "S2", "S3"]
+        order = (
+            config.get("order", ORDERS[0]).split()
+            if program.reduction
+            else ["S0", "S1", "S2", "S3"]
+        )
         groups: dict[str, list[LoopRV]] = {}
         sequence: list[LoopRV] = []
         for token in order:
             names = spatial_names if token[0] == "S" else [a.name for a in program.reduction]
-            group = [tiles[name][int(token[1])] for name in names if int(token[1]) < len(tiles[name])]
+            group = [
+                tiles[name][int(token[1])] for name in names if int(token[1]) < len(tiles[name])
+            ]
             groups[token] = group
             sequence.extend(group)
         sch.reorder(*sequence)
@@ -198,18 +205,19 @@ class CpuTemplate:
         consumers = [sch.get_sblock(name) for name in program.consumers]
         accumulate = config.get("accumulate", "off")
         write_back = None
+        knobs = {k.name: k for k in self.knobs}
         if accumulate != "off" and groups["S0"]:
             first_reduce = order.index("R0")
             spatial_before = [t for t in order[:first_reduce] if t[0] == "S" and groups[t]]
             anchor = groups["S0"][-1] if accumulate == "outer" else groups[spatial_before[-1]][-1]
-            knob = LocalAccumKnob("accumulate", ACCUMULATE)
-            write_back = knob.apply(sch, main, consumers[0] if consumers else None, anchor)
+            local: LocalAccumKnob = knobs["accumulate"]  # type: ignore[assignment]
+            write_back = local.apply(sch, main, consumers[0] if consumers else None, anchor)
             consumers = consumers[1:]
 
-        parallel = config["parallel"] + len(unit) if config["parallel"] else 0
-        outer = ParallelKnob("parallel", ()).apply(sch, groups["S0"], parallel)
-        top = outer if outer is not None else sch.get_loops(main)[0]
-        UnrollKnob("unroll", ()).apply(sch, top, config["unroll"])
+        parallel: ParallelKnob = knobs["parallel"]  # type: ignore[assignment]
+        outer = parallel.apply(sch, groups["S0"], config["parallel"] + len(unit))
+        unroll: UnrollKnob = knobs["unroll"]  # type: ignore[assignment]
+        unroll.apply(sch, outer, config["unroll"])
 
         self._vectorize_innermost(sch, main)
         if program.reduction:

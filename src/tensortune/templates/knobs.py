@@ -26,7 +26,8 @@ def divisors(n: int) -> list[int]:
 
 
 def factorizations(extent: int, levels: int, max_innermost: int) -> list[tuple[int, ...]]:
-    """Ordered ways to write `extent` as a product of `levels` factors, innermost <= max_innermost."""
+    """Ordered ways to write `extent` as a product of `levels` factors, the innermost at most
+    `max_innermost`."""
     if levels == 1:
         return [(extent,)] if extent <= max_innermost else []
     out = []
@@ -81,11 +82,9 @@ class SplitKnob(ChoiceKnob):
 
 @dataclasses.dataclass(frozen=True)
 class ParallelKnob(ChoiceKnob):
-    """How many outer loops to fuse into one parallel loop (0: run on one core)."""
+    """How many outer loops to fuse into one parallel loop."""
 
-    def apply(self, sch: Schedule, outer_loops: Sequence[LoopRV], value: int) -> LoopRV | None:
-        if value == 0:
-            return None
+    def apply(self, sch: Schedule, outer_loops: Sequence[LoopRV], value: int) -> LoopRV:
         fused = sch.fuse(*outer_loops[:value]) if value > 1 else outer_loops[0]
         sch.parallel(fused)
         return fused

@@ -118,9 +118,7 @@ def _conv2d_flops(
     return 2.0 * N * OC * oh * ow * C * KH * KW
 
 
-def _conv2d_reference(
-    data: np.ndarray, weight: np.ndarray, stride: int, pad: int
-) -> np.ndarray:
+def _conv2d_reference(data: np.ndarray, weight: np.ndarray, stride: int, pad: int) -> np.ndarray:
     return conv2d_reference(data, weight, stride, pad)
 
 
@@ -162,9 +160,7 @@ def _depthwise_flops(N: int, C: int, H: int, W: int, KH: int, KW: int, stride: i
     return 2.0 * N * C * oh * ow * KH * KW
 
 
-def _depthwise_reference(
-    data: np.ndarray, weight: np.ndarray, stride: int, pad: int
-) -> np.ndarray:
+def _depthwise_reference(data: np.ndarray, weight: np.ndarray, stride: int, pad: int) -> np.ndarray:
     return conv2d_reference(data, weight, stride, pad, depthwise=True)
 
 

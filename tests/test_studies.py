@@ -1,0 +1,36 @@
+"""The benchmark scripts in studies/ run end to end in their --quick mode."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+STUDIES = os.path.join(os.path.dirname(__file__), "..", "studies")
+
+
+def test_template_ceiling_quick(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(STUDIES, "template_ceiling.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(tmp_path / "template_ceiling_quick.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["workload"] for r in rows] == ["matmul-64", "conv2d-small"]
+    assert all(float(r["best_gflops"]) > 0 for r in rows)
+    assert rows[0]["vendor_library"].startswith("numpy")
+    with open(tmp_path / "template_ceiling_matmul-64.csv") as f:
+        curve = list(csv.DictReader(f))
+    assert len(curve) == 8
+    bests = [float(r["best_gflops"]) for r in curve]
+    assert bests == sorted(bests)
