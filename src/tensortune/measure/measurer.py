@@ -161,7 +161,9 @@ class Measurer:
         args = (result.library, self.workload, s.number, s.repeat, s.min_repeat_ms)
         try:
             self._runner.send(
-                worker_tasks.run, (*args, s.check_results, s.rtol), timeout=s.run_timeout
+                worker_tasks.run,
+                (*args, s.check_results, s.rtol, s.run_timeout),
+                timeout=s.run_timeout,
             )
             outcome = self._runner.recv()
         except TimeoutError:
