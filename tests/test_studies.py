@@ -35,3 +35,23 @@ def test_template_ceiling_quick(tmp_path):
     assert len(curves) == 16 and len(curve) == 8
     bests = [float(r["best_gflops"]) for r in curve]
     assert bests == sorted(bests) and round(bests[-1], 1) == float(rows[0]["best_gflops"])
+
+
+def test_hand_configs_quick(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(STUDIES, "hand_configs.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(tmp_path / "hand_configs.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["workload"] == "matmul-64" and float(row["gflops"]) > 0
+    assert float(row["ratio_to_vendor"]) > 0

@@ -1,0 +1,166 @@
+"""The ceiling of the CPU template space, apart from any sampler: hand-written configs timed
+beside the vendor library, alternating, over several rounds.
+
+Each config below is a point of the template's space (``tensortune.CpuTemplate``), written by
+hand after the schedules in ``../shared/tvm-0.27-facts.md`` or taken from a TPE study. Writes
+``studies/results/hand_configs.csv`` (median GFLOP/s over rounds, and the ratio to the vendor
+median).
+
+    python studies/hand_configs.py              # 5 rounds
+    python studies/hand_configs.py --quick      # 1 round, small shapes (smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+
+import tensortune
+from tensortune.measure import Measurer, MeasureSettings
+from tensortune.target import target_spec
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+MATMUL = dict(M=1024, N=1024, K=1024)
+C7 = dict(N=1, C=128, H=28, W=28, OC=256, KH=3, KW=3, stride=2, pad=1)
+C12 = dict(N=1, C=512, H=7, W=7, OC=512, KH=3, KW=3, stride=1, pad=1)
+
+# A 4x32 register tile (rows x vector lanes), k unrolled by 4: the facts sheet's "tiled1" shape.
+MATMUL_REG_TILE = {
+    "tile_i": "16x4x4x4",
+    "tile_j": "16x1x2x32",
+    "tile_k": "256x4",
+    "inner_axis": "j",
+    "order": "S0 S1 R0 S2 R1 S3",
+    "parallel": 2,
+    "unroll": 64,
+    "accumulate": "inner",
+}
+# TPE's best of 128 trials, seed 0 (template_ceiling.py).
+MATMUL_TPE = {
+    "tile_i": "8x32x2x2",
+    "tile_j": "1x32x1x32",
+    "tile_k": "256x4",
+    "inner_axis": "j",
+    "order": "S0 R0 S1 S2 R1 S3",
+    "parallel": 2,
+    "unroll": 64,
+    "accumulate": "inner",
+}
+# 16 output channels x 14 columns per register tile (x vectorised), rc by 8, written back per y:
+# the facts sheet's 175 GFLOP/s conv schedule.
+CONV_F16_X14 = {
+    "tile_f": "2x8x1x16",
+    "tile_y": "7x2x1x1",
+    "tile_x": "1x1x1x14",
+    "tile_rc": "16x8",
+    "tile_ry": "3x1",
+    "tile_rx": "1x3",
+    "inner_axis": "x",
+    "order": "S0 S1 S2 R0 R1 S3",
+    "parallel": 2,
+    "unroll": 64,
+    "accumulate": "inner",
+}
+# TPE's best of 128 trials on C12, seed 0: 4 channels x 7 x 7 outputs per tile.
+C12_TPE = {
+    "tile_f": "64x1x2x4",
+    "tile_y": "1x1x1x7",
+    "tile_x": "1x1x1x7",
+    "tile_rc": "64x8",
+    "tile_ry": "1x3",
+    "tile_rx": "3x1",
+    "inner_axis": "x",
+    "order": "S0 S1 S2 R0 R1 S3",
+    "parallel": 3,
+    "unroll": 512,
+    "accumulate": "off",
+}
+C12_F8_X7 = {
+    **C12_TPE,
+    "tile_f": "32x2x1x8",
+    "tile_y": "1x7x1x1",
+    "parallel": 2,
+    "unroll": 64,
+    "accumulate": "inner",
+}
+
+CASES = [
+    (
+        "matmul-1024",
+        "matmul",
+        MATMUL,
+        {"reg-tile-4x32": MATMUL_REG_TILE, "tpe-best-s0": MATMUL_TPE},
+    ),
+    ("conv2d-c7", "conv2d", C7, {"f16-x14": CONV_F16_X14}),
+    ("conv2d-c12", "conv2d", C12, {"tpe-best-s0": C12_TPE, "f8-x7": C12_F8_X7}),
+]
+QUICK = [
+    (
+        "matmul-64",
+        "matmul",
+        dict(M=64, N=64, K=64),
+        {
+            "reg-tile": {
+                **MATMUL_REG_TILE,
+                "tile_i": "4x2x2x4",
+                "tile_j": "2x1x1x32",
+                "tile_k": "16x4",
+            }
+        },
+    ),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="default 5")
+    parser.add_argument("--quick", action="store_true", help="one round of a small matmul")
+    parser.add_argument("--out", default=RESULTS, help=f"default {RESULTS}")
+    args = parser.parse_args()
+    cases, rounds = (QUICK, 1) if args.quick else (CASES, args.rounds)
+    rows = []
+    for label, name, shape, configs in cases:
+        workload = tensortune.get_workload(name, **shape)
+        template = tensortune.CpuTemplate(workload)
+        times: dict[str, list[float]] = {key: [] for key in configs}
+        vendor: list[float] = []
+        library = ""
+        with Measurer(template, target_spec("llvm"), MeasureSettings()) as measurer:
+            for _ in range(rounds):  # alternate vendor and configs so drift hits both alike
+                found = measurer.vendor_baseline()
+                if found is not None:
+                    library = found[0]
+                    vendor.append(found[1])
+                results = measurer.measure(list(configs.values()))
+                for key, result in zip(configs, results, strict=True):
+                    if result.error:
+                        raise SystemExit(f"{label} {key}: {result.error}")
+                    times[key].append(result.cost)
+        vendor_gflops = workload.flop_count / statistics.median(vendor) / 1e9 if vendor else None
+        for key, costs in times.items():
+            gflops = workload.flop_count / statistics.median(costs) / 1e9
+            rows.append(
+                {
+                    "workload": label,
+                    "config": key,
+                    "rounds": rounds,
+                    "gflops": round(gflops, 1),
+                    "vendor_library": library,
+                    "vendor_gflops": round(vendor_gflops, 1) if vendor_gflops else "",
+                    "ratio_to_vendor": round(gflops / vendor_gflops, 3) if vendor_gflops else "",
+                    "knobs": configs[key],
+                }
+            )
+            print({k: v for k, v in rows[-1].items() if k != "knobs"}, flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "hand_configs.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
