@@ -125,3 +125,35 @@ def test_invalid_combination_fails_before_build(storage_url, fast_settings):
     assert refused.user_attrs["error"].startswith("invalid config:")
     assert "compile_s" not in refused.user_attrs  # never built
     assert fine.state == optuna.trial.TrialState.COMPLETE, fine.user_attrs
+
+
+def test_enqueued_value_outside_the_space_fails_only_its_trial(storage_url, fast_settings):
+    study = tensortune.tune(
+        "matmul",
+        shape=dict(M=16, N=16, K=16),
+        n_trials=1,
+        storage=storage_url,
+        study_name="mm",
+        settings=fast_settings,
+        show_progress=False,
+        seed=0,
+    )
+    study.enqueue_trial({"unroll": 7})
+    study = tensortune.tune(
+        "matmul",
+        shape=dict(M=16, N=16, K=16),
+        n_trials=3,
+        storage=storage_url,
+        study_name="mm",
+        settings=fast_settings,
+        show_progress=False,
+        seed=0,
+        batch_size=3,
+    )
+    states = [t.state.name for t in sorted(study.trials, key=lambda t: t.number)]
+    assert states == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    bad = study.trials[1]
+    assert bad.user_attrs["failed_stage"] == "invalid"
+    assert (
+        "knob value outside the space" in bad.user_attrs["error"] and "7" in bad.user_attrs["error"]
+    )

@@ -72,7 +72,13 @@ class Objective:
         results: list[MeasureResult | None] = []
         configs = []
         for trial in trials:
-            config = self.template.suggest(trial)
+            try:
+                config = self.template.suggest(trial)
+            except ValueError as err:  # e.g. an enqueued value that is not in a knob's space
+                results.append(
+                    MeasureResult(error=f"knob value outside the space: {err}", stage="invalid")
+                )
+                continue
             try:
                 self.template.apply(config)
             except InvalidConfig as err:
