@@ -128,28 +128,21 @@ def test_invalid_combination_fails_before_build(storage_url, fast_settings):
 
 
 def test_enqueued_value_outside_the_space_fails_only_its_trial(storage_url, fast_settings):
-    study = tensortune.tune(
-        "matmul",
-        shape=dict(M=16, N=16, K=16),
-        n_trials=1,
-        storage=storage_url,
-        study_name="mm",
-        settings=fast_settings,
-        show_progress=False,
-        seed=0,
-    )
-    study.enqueue_trial({"unroll": 7})
-    study = tensortune.tune(
-        "matmul",
-        shape=dict(M=16, N=16, K=16),
-        n_trials=3,
-        storage=storage_url,
-        study_name="mm",
-        settings=fast_settings,
-        show_progress=False,
-        seed=0,
-        batch_size=3,
-    )
+    def tune(n_trials):
+        return tensortune.tune(
+            "matmul",
+            shape=dict(M=16, N=16, K=16),
+            n_trials=n_trials,
+            storage=storage_url,
+            study_name="mm",
+            settings=fast_settings,
+            show_progress=False,
+            seed=0,
+            batch_size=3,
+        )
+
+    tune(1).enqueue_trial({"unroll": 7})
+    study = tune(3)
     states = [t.state.name for t in sorted(study.trials, key=lambda t: t.number)]
     assert states == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
     bad = study.trials[1]

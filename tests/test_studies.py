@@ -10,22 +10,21 @@ import sys
 STUDIES = os.path.join(os.path.dirname(__file__), "..", "studies")
 
 
-def test_template_ceiling_quick(tmp_path):
+def run_quick(script: str, out) -> list[dict]:
+    """Run ``studies/<script> --quick`` writing into `out`; the rows of its main CSV."""
     done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(STUDIES, "template_ceiling.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, os.path.join(STUDIES, script), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    with open(tmp_path / "template_ceiling.csv") as f:
-        rows = list(csv.DictReader(f))
+    with open(out / script.replace(".py", ".csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def test_template_ceiling_quick(tmp_path):
+    rows = run_quick("template_ceiling.py", tmp_path)
     assert [r["workload"] for r in rows] == ["matmul-64", "conv2d-small"]
     assert all(float(r["best_gflops"]) > 0 for r in rows)
     assert rows[0]["vendor_library"].startswith("numpy")
@@ -38,20 +37,6 @@ def test_template_ceiling_quick(tmp_path):
 
 
 def test_hand_configs_quick(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(STUDIES, "hand_configs.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    with open(tmp_path / "hand_configs.csv") as f:
-        (row,) = list(csv.DictReader(f))
+    (row,) = run_quick("hand_configs.py", tmp_path)
     assert row["workload"] == "matmul-64" and float(row["gflops"]) > 0
     assert float(row["ratio_to_vendor"]) > 0
