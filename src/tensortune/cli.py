@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
+from tensortune.tuning import SAMPLERS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,9 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})"
     )
     tune.add_argument("--study", default=None, help="study name (default: workload and target)")
-    tune.add_argument(
-        "--sampler", choices=("random", "tpe", "gp"), default="tpe", help="default tpe"
-    )
+    tune.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="default tpe")
     tune.add_argument("--seed", type=int, default=None, help="sampler seed (default: unseeded)")
     tune.add_argument(
         "--batch-size", type=int, default=8, help="trials built in parallel (default 8)"

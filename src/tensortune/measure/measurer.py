@@ -38,7 +38,8 @@ class MeasureResult:
     Attributes:
         costs: Seconds per run, one per repeat; empty when the candidate failed.
         error: Why it failed (``None`` when it did not).
-        stage: Where it failed: ``"build"``, ``"run"``, ``"check"`` or ``"timeout"``.
+        stage: Where it failed: ``"build"``, ``"run"``, ``"check"`` or ``"timeout"`` here;
+            ``"invalid"`` when `tensortune.Objective` refuses the config before any build.
         compile_seconds: Time spent scheduling and compiling it (``nan`` if unknown).
         library: Path of the compiled kernel, while the measurer is open.
     """
