@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
-from tensortune.tuning import SAMPLERS
+from tensortune.tuning import SAMPLERS, make_sampler
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +34,25 @@ def _parser() -> argparse.ArgumentParser:
         "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})"
     )
     tune.add_argument("--study", default=None, help="study name (default: workload and target)")
-    tune.add_argument("--sampler", choices=SAMPLERS, default="tpe", help="default tpe")
+    tune.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default=SAMPLERS[0],
+        help=f"{SAMPLERS[0]} is the learned search (default {SAMPLERS[0]})",
+    )
+    tune.add_argument(
+        "--acquisition",
+        choices=("mean", "ei", "ucb"),
+        default=None,
+        help="costmodel: score candidates by the predicted mean, expected improvement or "
+        "upper confidence bound (default mean)",
+    )
+    tune.add_argument(
+        "--loss",
+        choices=("rank", "reg"),
+        default=None,
+        help="costmodel: train the cost model to rank or to regress throughput (default rank)",
+    )
     tune.add_argument("--seed", type=int, default=None, help="sampler seed (default: unseeded)")
     tune.add_argument(
         "--batch-size", type=int, default=8, help="trials built in parallel (default 8)"
@@ -100,8 +118,13 @@ def _tune(args: argparse.Namespace) -> None:
         args.trials,
         storage=args.storage,
         study_name=args.study,
-        sampler=args.sampler,
-        seed=args.seed,
+        sampler=make_sampler(
+            args.sampler,
+            args.seed,
+            batch_size=args.batch_size,
+            acquisition=args.acquisition,
+            loss=args.loss,
+        ),
         settings=settings,
         batch_size=args.batch_size,
         show_progress=not args.no_progress,

@@ -16,7 +16,8 @@ from tensortune.target import describe, target_spec
 from tensortune.templates import CpuTemplate, InvalidConfig
 from tensortune.workloads import Workload, get_workload
 
-SAMPLERS = ("random", "tpe", "gp")
+#: Samplers by name; the first is the default.
+SAMPLERS = ("costmodel", "tpe", "random", "gp")
 
 
 class Objective:
@@ -113,9 +114,42 @@ class Objective:
         return gflops
 
 
-def make_sampler(name: str, seed: int | None = None) -> optuna.samplers.BaseSampler:
-    """An Optuna sampler by name: ``random``, ``tpe`` or ``gp``, seeded with `seed` (default
-    None: unseeded)."""
+def make_sampler(
+    name: str,
+    seed: int | None = None,
+    *,
+    template: CpuTemplate | None = None,
+    batch_size: int = 8,
+    acquisition: str | None = None,
+    loss: str | None = None,
+) -> optuna.samplers.BaseSampler:
+    """An Optuna sampler by name, seeded with `seed` (default None: unseeded).
+
+    Args:
+        name: ``costmodel`` (`tensortune.CostModelSampler`, the learned search), ``tpe``,
+            ``random`` or ``gp``.
+        seed: Seed of every random choice. Default None.
+        template: The template the costmodel sampler proposes for. Default None: taken from
+            the study's workload.
+        batch_size: Configs the costmodel sampler proposes per model round. Default 8.
+        acquisition: ``mean``, ``ei`` or ``ucb``; costmodel only. Default None (``mean``).
+        loss: ``rank`` or ``reg``; costmodel only. Default None (``rank``).
+    """
+    if name != "costmodel" and (acquisition is not None or loss is not None):
+        raise TensortuneError("--acquisition and --loss apply to the costmodel sampler only")
+    if name == "costmodel":
+        from tensortune.sampler import CostModelSampler
+
+        try:
+            return CostModelSampler(
+                template,
+                acquisition=acquisition or "mean",
+                loss=loss or "rank",
+                batch_size=batch_size,
+                seed=seed,
+            )
+        except ValueError as err:
+            raise TensortuneError(str(err)) from err
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":
@@ -163,7 +197,8 @@ def tune(
         storage: Optuna storage URL. Default ``sqlite:///tensortune.db`` in the working folder.
         study_name: Default ``"<workload key>@<target>"``, e.g.
             ``"matmul(M=64,N=64,K=64)@llvm-znver4"``.
-        sampler: An Optuna sampler, or ``"random"``, ``"tpe"`` or ``"gp"``. Default ``"tpe"``.
+        sampler: An Optuna sampler, or a name from `SAMPLERS` (see `make_sampler`). Default
+            ``"costmodel"``: `tensortune.CostModelSampler`, the learned search.
         seed: Seed for a sampler given by name. Default None (unseeded).
         settings: Build and timing settings. Default `MeasureSettings()`.
         batch_size: Trials asked of the sampler at once and built in parallel. Default 8.
@@ -178,7 +213,9 @@ def tune(
         raise TensortuneError(f"batch_size must be at least 1, got {batch_size}")
     spec = target_spec(target)
     if sampler is None or isinstance(sampler, str):
-        sampler = make_sampler(sampler or "tpe", seed)
+        sampler = make_sampler(
+            sampler or SAMPLERS[0], seed, template=template, batch_size=batch_size
+        )
     name = study_name or default_study_name(workload, spec)
     if not name.strip():
         raise TensortuneError("study name must not be empty")

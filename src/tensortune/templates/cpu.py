@@ -169,12 +169,23 @@ class CpuTemplate:
         from tvm import s_tir
 
         config = self.check(config)
-        sch = s_tir.Schedule(self.workload.prim_func())
+        sch = s_tir.Schedule(self._unscheduled())
         try:
             self._schedule(sch, config)
         except s_tir.ScheduleError as err:
             raise InvalidConfig(str(err).strip().splitlines()[-1]) from err
         return sch
+
+    def _unscheduled(self) -> Any:
+        # Built once per process: te.create_prim_func is a third of a schedule's cost.
+        func = self.__dict__.get("_func")
+        if func is None:
+            func = self.__dict__["_func"] = self.workload.prim_func()
+        return func
+
+    def __getstate__(self) -> dict[str, Any]:
+        # TVM IR is not sent to workers; they rebuild it.
+        return {k: v for k, v in self.__dict__.items() if k != "_func"}
 
     def _schedule(self, sch: Schedule, config: Mapping[str, Any]) -> None:
         program = self.program

@@ -1,0 +1,105 @@
+"""Configs of one template → feature rows, cached per config."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tensortune.features.encodings import (
+    curve_features,
+    curve_length,
+    itervar_features,
+    itervar_length,
+)
+from tensortune.features.loops import loop_program
+from tensortune.features.per_store import LENGTH as PER_STORE_LENGTH
+from tensortune.features.per_store import PerStoreExtractor
+
+if TYPE_CHECKING:
+    from tensortune.templates import CpuTemplate
+
+#: Feature sets by name: the relation encoding (length independent of the operator), the
+#: per-loop encoding, and TVM MetaSchedule's per-store features.
+FEATURE_SETS = ("curve", "itervar", "per-store")
+
+
+def feature_length(feature_set: str) -> int:
+    """Length of one row of `feature_set` (with the default encoding sizes)."""
+    if feature_set == "curve":
+        return curve_length(24, 3)
+    if feature_set == "itervar":
+        return itervar_length(16, 4, 4)
+    if feature_set == "per-store":
+        return PER_STORE_LENGTH
+    raise ValueError(f"unknown feature set {feature_set!r}; choose one of {FEATURE_SETS}")
+
+
+class FeatureExtractor:
+    """Feature rows for configs of one template, each config scheduled and walked once.
+
+    A config the template cannot schedule gets a row of NaN, so that a model can rank it last
+    without it ever being built.
+
+    Args:
+        template: Knobs → schedule; its `knobs` fix the order of a config's values.
+        feature_set: One of `FEATURE_SETS`. Default ``"curve"``: it is comparable across
+            operators and shapes, which transfer between studies needs, and ranks as well as
+            the others within one study (``studies/features.py``).
+        cache_size: Configs whose rows are kept (least recently used dropped first).
+            Default 100000, about 80 MB of curve rows: more than a long search visits.
+    """
+
+    def __init__(
+        self, template: CpuTemplate, feature_set: str = "curve", cache_size: int = 100_000
+    ) -> None:
+        self.template = template
+        self.feature_set = feature_set
+        self.cache_size = cache_size
+        self.length = feature_length(feature_set)
+        self._cache: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+        self._per_store: PerStoreExtractor | None = None
+
+    def key(self, config: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(config[knob.name] for knob in self.template.knobs)
+
+    def __call__(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """A ``(len(configs), length)`` float32 array."""
+        keys = [self.key(c) for c in configs]
+        missing = {k: c for k, c in zip(keys, configs, strict=True) if k not in self._cache}
+        if missing:
+            rows = self._extract(list(missing.values()))
+            for key, row in zip(missing, rows, strict=True):
+                self._cache[key] = row
+        out = np.empty((len(keys), self.length), dtype=np.float32)
+        for i, key in enumerate(keys):
+            out[i] = self._cache[key]
+            self._cache.move_to_end(key)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return out
+
+    def _extract(self, configs: list[Mapping[str, Any]]) -> list[np.ndarray]:
+        from tensortune.templates.cpu import InvalidConfig
+
+        nan = np.full(self.length, np.nan, dtype=np.float32)
+        rows: list[np.ndarray] = [nan] * len(configs)
+        schedules, where = [], []
+        for i, config in enumerate(configs):
+            try:
+                schedules.append(self.template.apply(config))
+            except InvalidConfig:
+                continue
+            where.append(i)
+        if self.feature_set == "per-store":
+            if self._per_store is None:
+                self._per_store = PerStoreExtractor(self.template.workload)
+            for i, row in zip(where, self._per_store(schedules), strict=True):
+                rows[i] = row
+            return rows
+        encode = curve_features if self.feature_set == "curve" else itervar_features
+        for i, schedule in zip(where, schedules, strict=True):
+            rows[i] = encode(loop_program(schedule.mod))
+        return rows

@@ -1,0 +1,69 @@
+"""TVM MetaSchedule's own program features (``PerStoreFeature``) as a third feature set.
+
+It gives 164 values per buffer store; a config's vector here is the sum and the maximum of its
+stores' rows, so that every config of a template has the same length (MetaSchedule's own
+model instead predicts per store and sums the predictions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from tvm.s_tir import Schedule
+
+    from tensortune.workloads import Workload
+
+#: Values per store in ``PerStoreFeature`` (with ``extract_workload=False``).
+STORE_WIDTH = 164
+LENGTH = 2 * STORE_WIDTH
+
+
+class PerStoreExtractor:
+    """Runs ``PerStoreFeature`` on scheduled programs of one workload.
+
+    Args:
+        workload: The operator at its shape.
+        target: A `tvm.target.Target`; default None: plain ``llvm``.
+    """
+
+    def __init__(self, workload: Workload, target: Any = None) -> None:
+        self.workload = workload
+        self.target = target
+        self._context: Any = None
+
+    def _setup(self) -> Any:
+        import tvm
+        from tvm.s_tir import meta_schedule as ms
+
+        from tensortune.target import host_cores
+
+        func = self.workload.prim_func()
+        context = ms.TuneContext(
+            mod=tvm.IRModule({"main": func}),
+            target=self.target or tvm.target.Target("llvm"),
+            num_threads=host_cores(),  # an int: the default asks psutil for physical cores
+        )
+        args = ms.arg_info.ArgInfo.from_prim_func(func)
+        return context, args, ms.feature_extractor.PerStoreFeature()
+
+    def __call__(self, schedules: Sequence[Schedule]) -> np.ndarray:
+        """One row of `LENGTH` values per schedule."""
+        from tvm.s_tir import meta_schedule as ms
+
+        if self._context is None:
+            self._context = self._setup()
+        context, args, extractor = self._context
+        out = np.zeros((len(schedules), LENGTH), dtype=np.float32)
+        if not schedules:
+            return out
+        rows = extractor.extract_from(context, [ms.MeasureCandidate(s, args) for s in schedules])
+        for i, tensor in enumerate(rows):
+            values = tensor.numpy()
+            if values.size:
+                out[i, :STORE_WIDTH] = values.sum(axis=0)
+                out[i, STORE_WIDTH:] = values.max(axis=0)
+        return out

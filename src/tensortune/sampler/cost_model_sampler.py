@@ -1,0 +1,272 @@
+"""`CostModelSampler`: the paper's learned search as an Optuna sampler."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from tensortune.sampler.history import (
+    CONFIG_ATTR,
+    PROPOSAL_ATTR,
+    KnobSpace,
+    read_history,
+)
+from tensortune.sampler.proposals import RoundSettings, propose_round
+
+if TYPE_CHECKING:
+    from tensortune.features import FeatureExtractor
+    from tensortune.templates import CpuTemplate
+
+
+class CostModelSampler(BaseSampler):
+    """Proposes configs of a schedule template with a learned cost model (AutoTVM's method).
+
+    Each round fits a bootstrap ensemble of XGBoost models on the features of the loop
+    programs measured so far, runs parallel simulated annealing over the knob space with the
+    acquisition as energy (chains continue from the last round), keeps the best
+    ``candidate_factor * batch_size`` configs never measured or in flight, picks
+    ``batch_size`` of them for quality and diversity, swaps an ``epsilon`` share for random
+    configs, and hands them out to the next trials. Trials that are running (other threads or
+    processes on the same storage) count as taken, so no config is measured twice.
+
+    The study's trials are the only state that matters: the queue of proposals and the chain
+    states are a cache that a new process rebuilds from the trials. Each trial records where
+    its config came from in the ``tensortune:proposal`` system attr.
+
+    Args:
+        template: The knobs → schedule template. Default None: built from the study's
+            ``workload``/``shape`` user attrs, as `tensortune.tune` writes them.
+        feature_set: Program features, one of `tensortune.features.FEATURE_SETS`. Default
+            ``"curve"``: operator-independent, so prior studies of other operators can train it.
+        loss: ``"rank"`` (pairwise ranking, the paper's choice: only the order matters) or
+            ``"reg"`` (squared error on relative throughput). Default ``"rank"``.
+        acquisition: ``"mean"``, ``"ei"`` or ``"ucb"`` over the ensemble's mean and spread.
+            Default ``"mean"``: the paper found that uncertainty did not help this search.
+        n_models: Bootstrap ensemble size. Default 3: enough for a spread, and training
+            stays cheap.
+        n_startup_trials: Random trials before the first model. Default 16.
+        batch_size: Configs proposed per model round. Default 8, `tensortune.tune`'s batch.
+        candidate_factor: The annealer keeps this many candidates per batch slot for the
+            diversity-aware selection (the paper's λ). Default 3.0.
+        diversity: Weight of a new knob value in the selection; 0 picks the top scores,
+            None uses `tensortune.search.diverse_greedy`'s default (0.5 / number of knobs).
+            Default None.
+        epsilon: Expected share of each batch chosen at random. Default 0.05, the paper's.
+        n_chains: Parallel annealing chains. Default 32.
+        anneal_steps: Annealing steps per round at least (more when a batch needs more
+            candidates). Default 8: chains persist, so the search continues across rounds
+            while each round stays cheap next to measuring its batch.
+        seed: Seed of every random choice. Default None (unseeded).
+    """
+
+    def __init__(
+        self,
+        template: CpuTemplate | None = None,
+        *,
+        feature_set: str = "curve",
+        loss: str = "rank",
+        acquisition: str = "mean",
+        n_models: int = 3,
+        n_startup_trials: int = 16,
+        batch_size: int = 8,
+        candidate_factor: float = 3.0,
+        diversity: float | None = None,
+        epsilon: float = 0.05,
+        n_chains: int = 32,
+        anneal_steps: int = 8,
+        seed: int | None = None,
+    ) -> None:
+        from tensortune.cost_model import ACQUISITIONS
+        from tensortune.features import FEATURE_SETS
+
+        for name, value, choices in (
+            ("feature_set", feature_set, FEATURE_SETS),
+            ("loss", loss, ("rank", "reg")),
+            ("acquisition", acquisition, ACQUISITIONS),
+        ):
+            if value not in choices:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        for name, count, least in (
+            ("batch_size", batch_size, 1),
+            ("n_chains", n_chains, 1),
+            ("n_models", n_models, 1),
+            ("n_startup_trials", n_startup_trials, 0),
+            ("anneal_steps", anneal_steps, 1),
+        ):
+            if count < least:
+                raise ValueError(f"{name} must be at least {least}, got {count}")
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
+        self.template = template
+        self.feature_set = feature_set
+        self.n_startup_trials = n_startup_trials
+        self.settings = RoundSettings(
+            loss=loss,
+            acquisition=acquisition,
+            n_models=n_models,
+            batch_size=batch_size,
+            candidate_factor=candidate_factor,
+            diversity=diversity,
+            epsilon=epsilon,
+            n_chains=n_chains,
+            anneal_steps=anneal_steps,
+        )
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._random = RandomSampler(seed=seed)
+        self._lock = threading.RLock()
+        self._workload_key: str | None = None
+        self._space: KnobSpace | None = None
+        self._extractor: FeatureExtractor | None = None
+        self._queue: deque[tuple[tuple[int, ...], str, float]] = deque()
+        self._chains: np.ndarray | None = None
+        self._fitted_at = -1
+        self._round = 0
+        #: Wall time per phase of the last model round (for benchmarks and the curious).
+        self.last_round_seconds: dict[str, float] = {}
+
+    # -- Optuna's sampler interface ----------------------------------------------------------
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        self._random.reseed_rng()
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        template = self._template_for(study)
+        return template.distributions() if template is not None else {}
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        _refuse_multi_objective(study)
+        if not search_space:
+            return {}
+        template = self._template_for(study)
+        knobs = {k.name: k.distribution for k in template.knobs} if template else {}
+        if any(knobs.get(name) != dist for name, dist in search_space.items()):
+            # Not the template's space: sample it independently, as Optuna's samplers do.
+            return {
+                name: self._random.sample_independent(study, trial, name, dist)
+                for name, dist in search_space.items()
+            }
+        with self._lock:  # held until the config is in storage, where other threads look
+            indices, source, score = self._next_config(study)
+            assert self._space is not None
+            config = self._space.decode(indices)
+            proposal: dict[str, Any] = {"source": source, "round": self._round}
+            if np.isfinite(score):
+                proposal["score"] = round(float(score), 4)
+            study._storage.set_trial_system_attr(trial._trial_id, CONFIG_ATTR, config)
+            study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, proposal)
+        return config
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        _refuse_multi_objective(study)
+        if self._space is not None and param_name not in self._space.names():
+            warnings.warn(
+                f"CostModelSampler samples {param_name!r} independently: it is not a knob of "
+                "the study's template.",
+                stacklevel=2,
+            )
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._random.after_trial(study, trial, state, values)
+
+    # -- proposals ---------------------------------------------------------------------------
+    def _template_for(self, study: optuna.Study) -> CpuTemplate | None:
+        if self.template is not None:
+            return self.template
+        if "workload" not in study.user_attrs:
+            return None
+        from tensortune.storage import study_workload
+        from tensortune.templates import CpuTemplate
+
+        workload = study_workload(study)
+        if self._workload_key != workload.key:  # another study: start over
+            self._workload_key = workload.key
+            self._reset(CpuTemplate(workload))
+        return self._extractor.template if self._extractor else None
+
+    def _reset(self, template: CpuTemplate) -> None:
+        from tensortune.features import FeatureExtractor
+
+        self._space = KnobSpace(template.knobs)
+        self._extractor = FeatureExtractor(template, self.feature_set)
+        self._queue.clear()
+        self._chains = None
+        self._fitted_at = -1
+
+    def _next_config(self, study: optuna.Study) -> tuple[tuple[int, ...], str, float]:
+        if self._space is None:
+            assert self.template is not None
+            self._reset(self.template)
+        assert self._space is not None
+        history = read_history(study, self._space)
+        n_measured = int(np.isfinite(history.values).sum())
+        if n_measured < self.n_startup_trials or n_measured < 2:
+            return self._random_config(history.taken), "startup", float("nan")
+        stale = history.n_finished >= self._fitted_at + self.settings.batch_size
+        while True:
+            if not self._queue or stale:
+                self._queue.clear()
+                self._propose(history)
+                stale = False
+            if not self._queue:
+                return self._random_config(history.taken), "random", float("nan")
+            indices, source, score = self._queue.popleft()
+            if indices not in history.taken:
+                return indices, source, score
+
+    def _propose(self, history: Any) -> None:
+        assert self._space is not None and self._extractor is not None
+        space, extractor = self._space, self._extractor
+
+        def featurize(configs: np.ndarray) -> np.ndarray:
+            return extractor([space.decode(row) for row in configs])
+
+        result = propose_round(
+            history, featurize, space.sizes, self.settings, self._chains, self._rng
+        )
+        self._chains = result.states
+        self._fitted_at = history.n_finished
+        self._round += 1
+        self.last_round_seconds = result.seconds
+        for row, source, score in zip(result.configs, result.sources, result.scores, strict=True):
+            self._queue.append((tuple(int(v) for v in row), source, float(score)))
+
+    def _random_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
+        assert self._space is not None
+        sizes = self._space.sizes
+        for _ in range(1000):
+            indices = tuple(int(self._rng.integers(n)) for n in sizes)
+            if indices not in taken:
+                return indices
+        return indices  # a space this crowded has nothing new left to offer
+
+
+def _refuse_multi_objective(study: optuna.Study) -> None:
+    if study._is_multi_objective():
+        raise ValueError("CostModelSampler supports single-objective studies only.")

@@ -1,0 +1,116 @@
+"""What a study has measured and has in flight, read from its trials, as knob indices."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+if TYPE_CHECKING:
+    from tensortune.templates.knobs import ChoiceKnob
+
+#: Trial system attr holding the config a sampler handed to a trial before its params exist,
+#: so that other workers see it as taken.
+CONFIG_ATTR = "tensortune:config"
+#: Trial system attr saying where a trial's config came from (startup / model / random share).
+PROPOSAL_ATTR = "tensortune:proposal"
+
+
+class KnobSpace:
+    """A template's knobs as a grid of choice indices.
+
+    Args:
+        knobs: The template's knobs, in its order.
+    """
+
+    def __init__(self, knobs: Sequence[ChoiceKnob]) -> None:
+        self.knobs = list(knobs)
+        self.sizes = [len(k.choices) for k in self.knobs]
+        self._index = [{v: i for i, v in enumerate(k.choices)} for k in self.knobs]
+
+    def encode(self, config: Mapping[str, Any]) -> tuple[int, ...] | None:
+        """Choice indices of `config`, or None if it misses a knob or a value is outside it."""
+        try:
+            return tuple(
+                index[config[k.name]] for k, index in zip(self.knobs, self._index, strict=True)
+            )
+        except (KeyError, TypeError):
+            return None
+
+    def decode(self, indices: Sequence[int]) -> dict[str, Any]:
+        return {k.name: k.choices[int(i)] for k, i in zip(self.knobs, indices, strict=True)}
+
+    def names(self) -> set[str]:
+        return {k.name for k in self.knobs}
+
+
+@dataclasses.dataclass
+class History:
+    """Measured and pending configs of a study.
+
+    Attributes:
+        configs: ``(n, m)`` indices of finished configs (completed or failed).
+        values: Objective values of `configs`, oriented so that higher is better; NaN for failed.
+        taken: Every config finished, running or waiting, never to be proposed again.
+        n_finished: Finished trials of the study, counted whether or not their params fit.
+    """
+
+    configs: np.ndarray
+    values: np.ndarray
+    taken: set[tuple[int, ...]]
+    n_finished: int
+
+
+def trial_config(trial: optuna.trial.FrozenTrial) -> Mapping[str, Any]:
+    """The knob values of a trial: its params, else the config it was handed or enqueued with."""
+    if trial.params:
+        return trial.params
+    return trial.system_attrs.get(CONFIG_ATTR) or trial.system_attrs.get("fixed_params") or {}
+
+
+def read_history(study: optuna.Study, space: KnobSpace) -> History:
+    """The study's trials as a `History` over `space`."""
+    finished_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    trials = study._get_trials(deepcopy=False, use_cache=True)
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    configs, values, taken = [], [], set()
+    n_finished = 0
+    for trial in trials:
+        indices = space.encode(trial_config(trial))
+        if trial.state in finished_states:
+            n_finished += 1
+        if indices is None:
+            continue
+        taken.add(indices)
+        if trial.state in finished_states:
+            configs.append(indices)
+            value = trial.value if trial.state == TrialState.COMPLETE else None
+            values.append(np.nan if value is None else (value if maximize else -value))
+    m = len(space.sizes)
+    return History(
+        configs=np.asarray(configs, dtype=np.int64).reshape(-1, m),
+        values=np.asarray(values, dtype=np.float64),
+        taken=taken,
+        n_finished=n_finished,
+    )
+
+
+def training_targets(values: np.ndarray) -> np.ndarray:
+    """Values scaled to [0, 1] with failed configs at 0: relative throughput for a positive
+    objective such as GFLOP/s (AutoTVM's normalisation), min-max scaled otherwise."""
+    ok = np.isfinite(values)
+    out = np.zeros_like(values, dtype=np.float64)
+    if not ok.any():
+        return out
+    good = values[ok]
+    if good.min() >= 0:
+        top = good.max()
+        out[ok] = good / top if top > 0 else 0.0
+    else:
+        span = good.max() - good.min()
+        out[ok] = (good - good.min()) / span if span > 0 else 1.0
+    return out

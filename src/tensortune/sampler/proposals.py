@@ -1,0 +1,184 @@
+"""One round of the paper's exploration: fit the cost model, anneal, pick a diverse batch."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from tensortune.cost_model import BootstrapXGBModel, acquire
+from tensortune.sampler.history import History, training_targets
+from tensortune.search import anneal, diverse_greedy, random_configs, with_random_share
+
+#: Maps ``(n, m)`` knob indices to ``(n, d)`` feature rows (NaN rows: unschedulable configs).
+Featurize = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundSettings:
+    """How one round searches; see `CostModelSampler` for what each field means."""
+
+    loss: str
+    acquisition: str
+    n_models: int
+    batch_size: int
+    candidate_factor: float
+    diversity: float | None
+    epsilon: float
+    n_chains: int
+    anneal_steps: int
+
+
+@dataclasses.dataclass
+class Round:
+    """What a round proposes, best first, and what it cost.
+
+    Attributes:
+        configs: ``(b, m)`` knob indices to measure, in the order to hand them out.
+        sources: ``"model"`` or ``"random"`` per config.
+        scores: The acquisition value per config (NaN for the random share).
+        states: Annealing chain states to continue from next round.
+        seconds: Wall time per phase: ``features``, ``fit``, ``search``, ``select``.
+        n_scored: Configs the annealer scored (cached features included).
+    """
+
+    configs: np.ndarray
+    sources: list[str]
+    scores: np.ndarray
+    states: np.ndarray
+    seconds: dict[str, float]
+    n_scored: int
+
+
+def fit_cost_model(
+    history: History, featurize: Featurize, settings: RoundSettings, seed: int
+) -> tuple[BootstrapXGBModel, np.ndarray, np.ndarray]:
+    """The bootstrap model fit on the measured configs; also returns their feature rows and
+    scaled targets (rows the template can't schedule are left out)."""
+    features = featurize(history.configs)
+    targets = training_targets(history.values)
+    usable = ~np.isnan(features).any(axis=1)
+    model = BootstrapXGBModel(loss=settings.loss, n_models=settings.n_models, seed=seed)
+    model.fit(features[usable], targets[usable])
+    return model, features[usable], targets[usable]
+
+
+def chain_starts(
+    previous: np.ndarray | None,
+    history: History,
+    sizes: list[int],
+    n_chains: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Last round's chain states (the paper keeps them across model updates), with a quarter
+    of the chains restarted from the best measured configs so that the search keeps refining
+    what is known to be good; random states where there is no previous round."""
+    starts = (
+        previous.copy()
+        if previous is not None and len(previous) == n_chains
+        else random_configs(sizes, n_chains, rng)
+    )
+    finite = np.where(np.isfinite(history.values))[0]
+    if len(finite):
+        best = finite[np.argsort(-history.values[finite], kind="stable")]
+        n_restart = min(max(1, n_chains // 4), len(best))
+        slots = rng.choice(n_chains, size=n_restart, replace=False)
+        starts[slots] = history.configs[best[:n_restart]]
+    return starts
+
+
+def propose_round(
+    history: History,
+    featurize: Featurize,
+    sizes: list[int],
+    settings: RoundSettings,
+    chains: np.ndarray | None,
+    rng: np.random.Generator,
+) -> Round:
+    """Fit, anneal from `chains`, and select `settings.batch_size` configs never taken."""
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    seed = int(rng.integers(2**31))
+    model, train_rows, _ = fit_cost_model(history, featurize, settings, seed)
+    seconds["fit"] = model.fit_seconds_
+    seconds["features"] = time.perf_counter() - start - model.fit_seconds_
+
+    mean, _ = model.predict(train_rows) if len(train_rows) else (np.zeros(1), None)
+    best = float(np.max(mean))
+
+    def score(configs: np.ndarray) -> np.ndarray:
+        rows = featurize(configs)
+        bad = np.isnan(rows).any(axis=1)
+        out = np.full(len(configs), -np.inf)
+        if (~bad).any():
+            mu, sigma = model.predict(rows[~bad])
+            out[~bad] = acquire(settings.acquisition, mu, sigma, best)
+        return out
+
+    start = time.perf_counter()
+    b = settings.batch_size
+    n_keep = max(b, math.ceil(settings.candidate_factor * b))
+    steps = max(settings.anneal_steps, math.ceil(2 * n_keep / settings.n_chains))
+    result = anneal(
+        sizes,
+        score,
+        chain_starts(chains, history, sizes, settings.n_chains, rng),
+        rng,
+        n_steps=steps,
+        n_keep=n_keep,
+        exclude=history.taken,
+        early_stop=steps,  # every step is paid for in features; stop only at the end
+    )
+    seconds["search"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    candidates, cand_scores = result.configs, result.scores
+    if settings.diversity == 0:
+        picked = np.arange(min(b, len(candidates)))
+    else:
+        picked = diverse_greedy(candidates, cand_scores, b, alpha=settings.diversity)
+    selected = candidates[picked]
+    scores = cand_scores[picked].astype(np.float64)
+    if len(selected) < b:  # the annealer found fewer fresh configs than asked: fill at random
+        extra = _fresh_random(sizes, b - len(selected), history.taken, selected, rng)
+        selected = np.vstack([selected, extra]) if len(selected) else extra
+        scores = np.concatenate([scores, np.full(len(extra), np.nan)])
+    mixed = with_random_share(selected, sizes, rng, epsilon=settings.epsilon, exclude=history.taken)
+    sources = []
+    for i in range(len(mixed)):
+        replaced = not np.array_equal(mixed[i], selected[i]) or np.isnan(scores[i])
+        sources.append("random" if replaced else "model")
+        if replaced:
+            scores[i] = np.nan
+    seconds["select"] = time.perf_counter() - start
+    return Round(
+        configs=mixed,
+        sources=sources,
+        scores=scores,
+        states=result.states,
+        seconds=seconds,
+        n_scored=result.n_scored,
+    )
+
+
+def _fresh_random(
+    sizes: list[int],
+    n: int,
+    taken: set[tuple[int, ...]],
+    selected: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    avoid = set(taken) | {tuple(int(v) for v in row) for row in selected}
+    out: list[np.ndarray] = []
+    for _ in range(100):
+        for row in random_configs(sizes, 4 * n, rng):
+            key = tuple(int(v) for v in row)
+            if key not in avoid:
+                avoid.add(key)
+                out.append(row)
+            if len(out) == n:
+                return np.asarray(out, dtype=np.int64)
+    return np.asarray(out, dtype=np.int64).reshape(-1, len(sizes))
