@@ -8,6 +8,7 @@ from tensortune.cost_model.acquisition import (
     expected_improvement,
     upper_confidence_bound,
 )
+from tensortune.cost_model.evaluation import kendall_tau, top_k_recall
 from tensortune.cost_model.xgb import BootstrapXGBModel
 
 __all__ = [
@@ -15,5 +16,7 @@ __all__ = [
     "BootstrapXGBModel",
     "acquire",
     "expected_improvement",
+    "kendall_tau",
+    "top_k_recall",
     "upper_confidence_bound",
 ]

@@ -39,16 +39,14 @@ class PerStoreExtractor:
         import tvm
         from tvm.s_tir import meta_schedule as ms
 
-        from tensortune.target import host_cores
+        from tensortune.target import host_cores, host_cpu
 
         func = self.workload.prim_func()
-        context = ms.TuneContext(
-            mod=tvm.IRModule({"main": func}),
-            target=self.target or tvm.target.Target("llvm"),
-            num_threads=host_cores(),  # an int: the default asks psutil for physical cores
+        target = self.target or tvm.target.Target(
+            {"kind": "llvm", "mcpu": host_cpu(), "num-cores": host_cores()}
         )
         args = ms.arg_info.ArgInfo.from_prim_func(func)
-        return context, args, ms.feature_extractor.PerStoreFeature()
+        return _bare_context(func, target), args, ms.feature_extractor.PerStoreFeature()
 
     def __call__(self, schedules: Sequence[Schedule]) -> np.ndarray:
         """One row of `LENGTH` values per schedule."""
@@ -67,3 +65,31 @@ class PerStoreExtractor:
                 out[i, :STORE_WIDTH] = values.sum(axis=0)
                 out[i, STORE_WIDTH:] = values.max(axis=0)
         return out
+
+
+def _bare_context(func: Any, target: Any) -> Any:
+    """A TuneContext holding only the module and target, which is all the extractor reads.
+
+    The public constructor first imports ``tvm.s_tir.tensor_intrin``, which parses every
+    tensor intrinsic's TVMScript: about 30 s here, for nothing this extractor uses.
+    """
+    import tvm
+    from tvm.s_tir.meta_schedule import TuneContext
+    from tvm.s_tir.meta_schedule import _ffi_api as ms_api
+    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+
+    from tensortune.target import host_cores
+
+    context = TuneContext.__new__(TuneContext)
+    context.__init_handle_by_constructor__(
+        ms_api.TuneContext,
+        tvm.IRModule({"main": func}),
+        target,
+        None,  # space generator
+        None,  # search strategy
+        "main",
+        host_cores(),
+        -1,  # random state
+        get_logging_func(get_logger(__name__)),
+    )
+    return context
