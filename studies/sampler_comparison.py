@@ -28,6 +28,7 @@ import time
 import optuna
 
 import tensortune
+from tensortune.measure import MeasureSettings
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SAMPLERS = ("costmodel", "tpe", "random")
@@ -37,6 +38,9 @@ FULL = [
     ("conv2d-c7", "conv2d", dict(N=1, C=128, H=28, W=28, OC=256, KH=3, KW=3, stride=2, pad=1)),
 ]
 QUICK = [("matmul-64", "matmul", dict(M=64, N=64, K=64))]
+#: Three timed costs of at least 30 ms each: enough to rank kernels, and the 18 studies fit in
+#: about an hour here.
+SETTINGS = MeasureSettings(repeat=3, min_repeat_ms=30)
 
 
 class TimedSampler(optuna.samplers.BaseSampler):
@@ -79,6 +83,7 @@ def run(label: str, name: str, shape: dict, sampler: str, seed: int, trials: int
         storage=storage,
         study_name=f"{label}-{sampler}-s{seed}",
         sampler=timed,
+        settings=SETTINGS,
         show_progress=False,
     )
     wall = time.perf_counter() - start

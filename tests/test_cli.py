@@ -96,6 +96,15 @@ def test_tune_resume_best_export(tmp_path, capsys):
         tensortune.load_kernel(str(tmp_path))
 
 
+def test_costmodel_sampler_options_from_the_cli(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'cm.db'}"
+    argv = tune_args(storage, 12, "--sampler", "costmodel", "--acquisition", "ucb", "--loss", "reg")
+    assert main(argv) == 0
+    study = optuna.load_study(study_name="mm", storage=storage)
+    configs = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(configs) == 12 and len(set(configs)) == 12
+
+
 def test_python_api_with_each_optuna_sampler(tmp_path, fast_settings):
     storage = f"sqlite:///{tmp_path / 'api.db'}"
     workload = tensortune.get_workload("dense_bias_relu", 16, 32, 16)
@@ -134,6 +143,11 @@ BAD_INPUTS = [
     (["tune", "matmul", "--shape", "4,4,4", "--storage", "tensortune.db"], "malformed storage URL"),
     (["tune", "matmul", "--shape", "4,4,4", "--trials", "0"], "n_trials must be at least 1"),
     (["tune", "matmul", "--shape", "4,4,4", "--repeat", "0"], "repeat must be at least 1"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--sampler", "tpe", "--acquisition", "ei"],
+        "--acquisition and --loss apply to the costmodel sampler only",
+    ),
+    (["tune", "matmul", "--shape", "4,4,4", "--batch-size", "0"], "batch_size must be at least 1"),
     (["best", "--study", "nope"], "no storage at sqlite:///tensortune.db"),
     (["export", "--study", "nope", "-o", "out"], "no storage at sqlite:///tensortune.db"),
 ]
