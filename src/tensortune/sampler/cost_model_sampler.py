@@ -65,6 +65,10 @@ class CostModelSampler(BaseSampler):
         anneal_steps: Annealing steps per round at least (more when a batch needs more
             candidates). Default 8: chains persist, so the search continues across rounds
             while each round stays cheap next to measuring its batch.
+        restart_share: Share of the chains moved to the best measured configs at the start of
+            each round. Default 0.5: on conv2d C7 it beat 0.25 on both seeds tried (174 against
+            131 and 85 against 46 GFLOP/s at 32 trials), refining the incumbents as
+            MetaSchedule's evolutionary search does.
         seed: Seed of every random choice. Default None (unseeded).
     """
 
@@ -83,6 +87,7 @@ class CostModelSampler(BaseSampler):
         epsilon: float = 0.05,
         n_chains: int = 32,
         anneal_steps: int = 8,
+        restart_share: float = 0.5,
         seed: int | None = None,
     ) -> None:
         from tensortune.cost_model import ACQUISITIONS
@@ -104,8 +109,9 @@ class CostModelSampler(BaseSampler):
         ):
             if count < least:
                 raise ValueError(f"{name} must be at least {least}, got {count}")
-        if not 0.0 <= epsilon <= 1.0:
-            raise ValueError(f"epsilon must be within [0, 1], got {epsilon}")
+        for name, share in (("epsilon", epsilon), ("restart_share", restart_share)):
+            if not 0.0 <= share <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {share}")
         self.template = template
         self.feature_set = feature_set
         self.n_startup_trials = n_startup_trials
@@ -119,6 +125,7 @@ class CostModelSampler(BaseSampler):
             epsilon=epsilon,
             n_chains=n_chains,
             anneal_steps=anneal_steps,
+            restart_share=restart_share,
         )
         self.seed = seed
         self._rng = np.random.default_rng(seed)

@@ -30,6 +30,7 @@ class RoundSettings:
     epsilon: float
     n_chains: int
     anneal_steps: int
+    restart_share: float
 
 
 @dataclasses.dataclass
@@ -71,11 +72,12 @@ def chain_starts(
     history: History,
     sizes: list[int],
     n_chains: int,
+    restart_share: float,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Last round's chain states (the paper keeps them across model updates), with a quarter
-    of the chains restarted from the best measured configs so that the search keeps refining
-    what is known to be good; random states where there is no previous round."""
+    """Last round's chain states (the paper keeps them across model updates), with a
+    `restart_share` of the chains restarted from the best measured configs so that the search
+    keeps refining what is known to be good; random states where there is no previous round."""
     starts = (
         previous.copy()
         if previous is not None and len(previous) == n_chains
@@ -84,7 +86,7 @@ def chain_starts(
     finite = np.where(np.isfinite(history.values))[0]
     if len(finite):
         best = finite[np.argsort(-history.values[finite], kind="stable")]
-        n_restart = min(max(1, n_chains // 4), len(best))
+        n_restart = min(max(1, round(restart_share * n_chains)), len(best))
         slots = rng.choice(n_chains, size=n_restart, replace=False)
         starts[slots] = history.configs[best[:n_restart]]
     return starts
@@ -125,7 +127,7 @@ def propose_round(
     result = anneal(
         sizes,
         score,
-        chain_starts(chains, history, sizes, settings.n_chains, rng),
+        chain_starts(chains, history, sizes, settings.n_chains, settings.restart_share, rng),
         rng,
         n_steps=steps,
         n_keep=n_keep,
