@@ -12,13 +12,13 @@ Kendall's tau and top-10 % recall on held-out configs, and configs/s of extracti
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
 import time
 
 import numpy as np
+from results_io import write_csv
 
 import tensortune
 from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall
@@ -86,11 +86,7 @@ def main() -> None:
             scores = [quality(X, y, data[target][0], data[target][1], seed) for seed in range(3)]
             rows.append(_row(feature_set, f"{source} -> {target}", scores, ""))
         print(*(r for r in rows if r["features"] == feature_set), sep="\n", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "features.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(os.path.join(args.out, "features.csv"), rows)
 
 
 def _row(feature_set: str, task: str, scores: list, rate: float | str) -> dict:

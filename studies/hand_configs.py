@@ -13,9 +13,10 @@ median).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
+
+from results_io import write_csv
 
 import tensortune
 from tensortune.measure import Measurer, MeasureSettings
@@ -178,11 +179,7 @@ def main() -> None:
                 }
             )
             print({k: v for k, v in rows[-1].items() if k != "knobs"}, flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "hand_configs.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(os.path.join(args.out, "hand_configs.csv"), rows)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,13 @@ Writes, under ``studies/results/``:
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import tempfile
 import time
 
 import optuna
+from results_io import write_csv
 
 import tensortune
 from tensortune.measure import MeasureSettings
@@ -145,8 +145,8 @@ def main() -> None:
                 rows.append(row)
                 curves.extend(curve)
                 print(row, flush=True)
-    _write(os.path.join(args.out, "sampler_comparison.csv"), rows)
-    _write(os.path.join(args.out, "sampler_comparison_curves.csv"), curves)
+    write_csv(os.path.join(args.out, "sampler_comparison.csv"), rows)
+    write_csv(os.path.join(args.out, "sampler_comparison_curves.csv"), curves)
     _plot(os.path.join(args.out, "sampler_comparison.png"), cases, rows, curves)
     last = max(n for n in CHECKPOINTS if n <= trials)
     for label, _, _ in cases:
@@ -158,13 +158,6 @@ def main() -> None:
                 f"{statistics.median(r[f'best@{last}'] for r in mine):.1f}, "
                 f"trials to 90%: {sorted(reached)} (missing {len(mine) - len(reached)})"
             )
-
-
-def _write(path: str, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _plot(path: str, cases: list, rows: list[dict], curves: list[dict]) -> None:

@@ -16,13 +16,13 @@ Writes ``studies/results/sampler_overhead.csv``.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import tempfile
 import time
 
 import numpy as np
 import optuna
+from results_io import write_csv
 
 import tensortune
 from tensortune.measure import Measurer
@@ -118,11 +118,7 @@ def main() -> None:
     rows = [measure_case(label, name, shape, n_history, batch) for label, name, shape in cases]
     for row in rows:
         print(row, flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "sampler_overhead.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(os.path.join(args.out, "sampler_overhead.csv"), rows)
 
 
 if __name__ == "__main__":

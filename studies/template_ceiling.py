@@ -16,7 +16,6 @@ start of the same study on the same machine. Writes, under ``studies/results/``:
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ import tempfile
 import time
 
 import optuna
+from results_io import write_csv
 
 import tensortune
 from tensortune.storage import best_summary
@@ -71,8 +71,8 @@ def main() -> None:
             rows.append(_row(label, seed, trials, study, time.perf_counter() - start))
             curves.extend(_curve(label, seed, study))
             print({k: v for k, v in rows[-1].items() if k != "best_config"}, flush=True)
-    _write(os.path.join(args.out, "template_ceiling.csv"), rows)
-    _write(os.path.join(args.out, "template_ceiling_curves.csv"), curves)
+    write_csv(os.path.join(args.out, "template_ceiling.csv"), rows)
+    write_csv(os.path.join(args.out, "template_ceiling_curves.csv"), curves)
     _plot(os.path.join(args.out, "template_ceiling.png"), rows, curves)
     for label, _, _ in cases:
         mine = [r for r in rows if r["workload"] == label]
@@ -120,13 +120,6 @@ def _curve(label: str, seed: int, study: optuna.Study) -> list[dict]:
             }
         )
     return out
-
-
-def _write(path: str, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _plot(path: str, rows: list[dict], curves: list[dict]) -> None:
