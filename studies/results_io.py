@@ -1,9 +1,11 @@
-"""Writing a study's result rows, shared by the scripts in this folder."""
+"""Reading and writing study results, shared by the scripts in this folder."""
 
 from __future__ import annotations
 
 import csv
 import os
+
+import optuna
 
 
 def write_csv(path: str, rows: list[dict]) -> None:
@@ -13,3 +15,34 @@ def write_csv(path: str, rows: list[dict]) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def read_csv(path: str) -> list[dict]:
+    """The rows of a CSV written by `write_csv` (values as strings)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def best_so_far(study: optuna.Study, **labels: object) -> list[dict]:
+    """One row per trial in order: `labels`, the trial's GFLOP/s ('' if it failed), the best
+    so far, its state and the seconds from the study's first start to its completion."""
+    trials = sorted(study.trials, key=lambda t: t.number)
+    starts = [t.datetime_start for t in trials if t.datetime_start is not None]
+    origin = min(starts) if starts else None
+    out, best = [], 0.0
+    for trial in trials:
+        if trial.value is not None:
+            best = max(best, trial.value)
+        end = trial.datetime_complete
+        elapsed = (end - origin).total_seconds() if end is not None and origin else ""
+        out.append(
+            {
+                **labels,
+                "trial": trial.number + 1,
+                "gflops": round(trial.value, 3) if trial.value is not None else "",
+                "best_gflops": round(best, 3),
+                "state": trial.state.name,
+                "elapsed_s": round(elapsed, 2) if elapsed != "" else "",
+            }
+        )
+    return out

@@ -23,7 +23,7 @@ import tempfile
 import time
 
 import optuna
-from results_io import write_csv
+from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.storage import best_summary
@@ -69,7 +69,7 @@ def main() -> None:
                 show_progress=not args.quick,
             )
             rows.append(_row(label, seed, trials, study, time.perf_counter() - start))
-            curves.extend(_curve(label, seed, study))
+            curves.extend(best_so_far(study, workload=label, seed=seed))
             print({k: v for k, v in rows[-1].items() if k != "best_config"}, flush=True)
     write_csv(os.path.join(args.out, "template_ceiling.csv"), rows)
     write_csv(os.path.join(args.out, "template_ceiling_curves.csv"), curves)
@@ -101,25 +101,6 @@ def _row(label: str, seed: int, trials: int, study: optuna.Study, wall: float) -
         "wall_s": round(wall, 1),
         "best_config": summary["config"],
     }
-
-
-def _curve(label: str, seed: int, study: optuna.Study) -> list[dict]:
-    out, best = [], 0.0
-    for trial in sorted(study.trials, key=lambda t: t.number):
-        if trial.value is not None:
-            best = max(best, trial.value)
-        value = round(trial.value, 3) if trial.value is not None else ""
-        out.append(
-            {
-                "workload": label,
-                "seed": seed,
-                "trial": trial.number,
-                "gflops": value,
-                "best_gflops": round(best, 3),
-                "state": trial.state.name,
-            }
-        )
-    return out
 
 
 def _plot(path: str, rows: list[dict], curves: list[dict]) -> None:

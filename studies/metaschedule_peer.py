@@ -1,0 +1,134 @@
+"""TVM's own tuner, MetaSchedule, as a peer: `tune_tir` with its XGBoost cost model and
+evolutionary search, recorded trial by trial so that its curve is drawn like ours.
+
+Its builds use the fast ``f_build`` of ``tvm-0.27-facts.md`` §4 (the default builder spends
+about 20 s per batch re-importing TVM in a fresh pool), and its runner times each candidate
+with the same number / repeat / min_repeat_ms as our `MeasureSettings`. Its best kernel is then
+re-timed (and checked against NumPy) by our own measure code through `ScriptTemplate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import cloudpickle
+
+from tensortune.measure import MeasureSettings
+from tensortune.workloads import Workload
+
+# Worker processes cannot import this folder: send `fast_build` and `ScriptTemplate` by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@dataclasses.dataclass
+class PeerRun:
+    """One MetaSchedule tuning run.
+
+    Attributes:
+        gflops: GFLOP/s of each measured candidate in order (0.0 for a failed one).
+        elapsed_s: Seconds from the start of the run to the end of each candidate's batch.
+        best_script: TVMScript of the fastest candidate.
+        wall_s: Seconds the whole run took, start-up included.
+    """
+
+    gflops: list[float]
+    elapsed_s: list[float]
+    best_script: str
+    wall_s: float
+
+
+class ScriptTemplate:
+    """A template with no knobs: ``apply({"script": text})`` parses TVMScript back into a
+    schedule, so that `tensortune.measure.Measurer` can time a kernel another tuner wrote."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+
+    def apply(self, config: dict[str, Any]) -> Any:
+        import tvm
+        from tvm import s_tir
+
+        return s_tir.Schedule(tvm.script.from_source(config["script"]))
+
+
+def fast_build(mod: Any, target: Any, _params: Any) -> Any:
+    """MetaSchedule's build without its per-batch re-import of TVM's tensor intrinsics."""
+    import tvm
+
+    return tvm.compile(mod, target=target).mod
+
+
+def tune(
+    workload: Workload,
+    target: dict[str, Any],
+    n_trials: int,
+    seed: int,
+    settings: MeasureSettings,
+    work_dir: str,
+    trials_per_iter: int = 32,
+) -> PeerRun:
+    """Run `tune_tir` on `workload` for `n_trials` candidates.
+
+    Args:
+        workload: The operator and shape.
+        target: Target dict (`tensortune.target.target_spec`); it must name ``num-cores``.
+        n_trials: Candidates to build and time.
+        seed: MetaSchedule's random seed.
+        settings: Timing settings shared with our tuners (number, repeat, min_repeat_ms).
+        work_dir: Folder for MetaSchedule's logs and database.
+        trials_per_iter: Candidates per search round. Default 32, as in the facts sheet.
+    """
+    import tvm
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    gflops: list[float] = []
+    elapsed: list[float] = []
+    best = {"gflops": 0.0, "script": ""}
+    start = time.perf_counter()
+
+    @derived_object
+    class Recorder(ms.measure_callback.PyMeasureCallback):
+        def apply(self, _scheduler, _task, candidates, built_all, ran_all):  # type: ignore[no-untyped-def]
+            now = time.perf_counter() - start
+            for candidate, built, ran in zip(candidates, built_all, ran_all, strict=True):
+                value = 0.0
+                if built.error_msg is None and ran.error_msg is None and ran.run_secs:
+                    cost = statistics.median(float(s) for s in ran.run_secs)
+                    value = workload.flop_count / cost / 1e9
+                gflops.append(value)
+                elapsed.append(now)
+                if value > best["gflops"]:
+                    best.update(gflops=value, script=candidate.sch.mod.script())
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(target["num-cores"]))
+    # Its per-task tables and XGBoost iterations also go to work_dir/logs.
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    callbacks = [*ms.measure_callback.MeasureCallback.create("default"), Recorder()]
+    evaluator = ms.runner.EvaluatorConfig(
+        number=settings.number,
+        repeat=settings.repeat,
+        min_repeat_ms=settings.min_repeat_ms,
+        enable_cpu_cache_flush=False,
+    )
+    ms.tune_tir(
+        mod=tvm.IRModule({"main": workload.prim_func()}),
+        target=tvm.target.Target(target),
+        work_dir=work_dir,
+        max_trials_global=n_trials,
+        num_trials_per_iter=min(trials_per_iter, n_trials),
+        cost_model="xgb",
+        strategy="evolutionary",
+        num_tuning_cores=int(target["num-cores"]),
+        seed=seed,
+        builder=ms.builder.LocalBuilder(max_workers=settings.build_workers, f_build=fast_build),
+        runner=ms.runner.LocalRunner(evaluator_config=evaluator),
+        measure_callbacks=callbacks,
+    )
+    return PeerRun(gflops, elapsed, best["script"], time.perf_counter() - start)

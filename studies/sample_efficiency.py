@@ -1,0 +1,337 @@
+"""Sample efficiency: best-so-far GFLOP/s against trials and seconds for each tuner.
+
+The paper's main figure, with Optuna's samplers and TVM's MetaSchedule as peers. Every tuner
+gets the same template (ours; MetaSchedule its own design space), the same timing settings and
+the same budget. Runs go workload by workload, seed by seed, tuner by tuner, so that the
+machine's drift hits every tuner alike; each study measures its own vendor baseline. When a
+workload and seed are done, each tuner's best kernel is re-timed by the same measure code,
+interleaved, so that no tuner keeps a lucky measurement (``remeasured`` column).
+
+Studies are kept in an Optuna SQLite file (``--work``, default ``studies/work/``): running the
+script again skips finished studies, so a budget can be spread over several runs, and
+``optuna-dashboard sqlite:///studies/work/sample_efficiency.db`` shows them all. Writes, under
+``--out`` (default ``studies/results/``), from every finished study in the file that matches
+the requested trials:
+
+- ``sample_efficiency.csv``: per workload, tuner and seed: vendor, best at each checkpoint,
+  trials to reach 90 % of the best any tuner found for that workload and seed, re-timed best,
+  wall and sampler seconds;
+- ``sample_efficiency_curves.csv``: every trial with its best-so-far and elapsed seconds;
+- the plots and the summary table of `efficiency_report`.
+
+    python studies/sample_efficiency.py                       # everything: 256 trials, seeds 0-2
+    python studies/sample_efficiency.py --workloads resnet18-c7 --tuners costmodel tpe
+    python studies/sample_efficiency.py --quick --out /tmp/q  # matmul 128, 32 trials, one seed
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import tempfile
+import time
+
+import efficiency_report
+import metaschedule_peer
+import optuna
+from results_io import best_so_far, write_csv
+
+import tensortune
+from tensortune.measure import Measurer, MeasureSettings
+from tensortune.storage import best_summary
+from tensortune.target import target_spec
+from tensortune.workloads import PRESETS, get_workload
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: label → (operator, shape); labels are `tensortune.workloads.PRESETS` names where one exists.
+WORKLOADS = {
+    "matmul-1024": ("matmul", dict(M=1024, N=1024, K=1024)),
+    **{label: PRESETS[label] for label in ("bert-attention", "bert-ffn")},
+    **{label: PRESETS[label] for label in ("resnet18-c2", "resnet18-c7", "resnet18-c12")},
+    "mobilenet-dw": PRESETS["mobilenet-dw"],
+}
+QUICK_WORKLOAD = {"matmul-128": ("matmul", dict(M=128, N=128, K=128))}
+#: Tuner name → options of `tensortune.CostModelSampler` (None: not a costmodel variant).
+#: Each variant changes one thing from the default, for the ablation.
+COSTMODEL_VARIANTS: dict[str, dict] = {
+    "costmodel": {},
+    "costmodel-reg": {"loss": "reg"},
+    "costmodel-ei": {"acquisition": "ei"},
+    "costmodel-ucb": {"acquisition": "ucb"},
+    "costmodel-nodiv": {"diversity": 0.0},
+    "costmodel-noeps": {"epsilon": 0.0},
+}
+PEERS = ("tpe", "gp", "random", "metaschedule")
+TUNERS = (*COSTMODEL_VARIANTS, *PEERS)
+MAIN_TUNERS = ("costmodel", "tpe", "gp", "random", "metaschedule")
+QUICK_TUNERS = ("costmodel", "tpe", "metaschedule")
+#: CMA-ES is not among them: every knob is categorical, and Optuna's CmaEsSampler samples
+#: categorical parameters independently at random, which is the random tuner.
+CHECKPOINTS = (16, 32, 64, 128, 256)
+#: Three timed costs of at least 30 ms each: enough to rank kernels while keeping a trial near
+#: one second. The re-timing of the winners uses more.
+SETTINGS = MeasureSettings(repeat=3, min_repeat_ms=30)
+RETIME = MeasureSettings(repeat=5, min_repeat_ms=50)
+RETIME_ROUNDS = 3
+DONE = "bench:wall_s"
+RETIMED = "bench:remeasured_gflops"
+
+
+class TimedSampler(optuna.samplers.BaseSampler):
+    """Passes everything to `inner` and adds up the seconds it spends choosing params."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+
+    def _timed(self, method: str, *args: object) -> object:
+        start = time.perf_counter()
+        try:
+            return getattr(self.inner, method)(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
+        return self._timed("infer_relative_search_space", study, trial)
+
+    def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
+        return self._timed("sample_relative", study, trial, search_space)
+
+    def sample_independent(self, study, trial, name, distribution):  # type: ignore[no-untyped-def]
+        return self._timed("sample_independent", study, trial, name, distribution)
+
+    def before_trial(self, study, trial):  # type: ignore[no-untyped-def]
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values):  # type: ignore[no-untyped-def]
+        self.inner.after_trial(study, trial, state, values)
+
+
+def make_tuner(tuner: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler for `tuner` (not metaschedule)."""
+    if tuner in COSTMODEL_VARIANTS:
+        return tensortune.CostModelSampler(seed=seed, **COSTMODEL_VARIANTS[tuner])
+    return tensortune.make_sampler(tuner, seed)
+
+
+def study_name(label: str, tuner: str, seed: int, trials: int) -> str:
+    return f"{label}/{tuner}/s{seed}/n{trials}"
+
+
+def finished(storage: str, name: str) -> optuna.Study | None:
+    """The study `name` if it finished; an unfinished one (an interrupted run) is deleted so
+    that it runs again from scratch."""
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+    if DONE in study.user_attrs:
+        return study
+    optuna.delete_study(study_name=name, storage=storage)
+    return None
+
+
+def run_ours(label: str, tuner: str, seed: int, trials: int, storage: str) -> optuna.Study:
+    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
+    timed = TimedSampler(make_tuner(tuner, seed))
+    start = time.perf_counter()
+    study = tensortune.tune(
+        op,
+        shape=shape,
+        n_trials=trials,
+        storage=storage,
+        study_name=study_name(label, tuner, seed, trials),
+        sampler=timed,
+        settings=SETTINGS,
+        show_progress=False,
+    )
+    study.set_user_attr("bench:sampler_s", timed.seconds)
+    study.set_user_attr(DONE, time.perf_counter() - start)
+    return study
+
+
+def run_metaschedule(label: str, seed: int, trials: int, storage: str) -> optuna.Study:
+    """Tune with MetaSchedule and store its candidates as the trials of an Optuna study."""
+    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
+    workload = get_workload(op, **shape)
+    target = target_spec("llvm")
+    start = time.perf_counter()
+    # Like `tensortune.tune`, measure the vendor first, inside the wall time.
+    with Measurer(metaschedule_peer.ScriptTemplate(workload), target, SETTINGS) as measurer:
+        vendor = measurer.vendor_baseline()
+    origin = datetime.datetime.now()
+    with tempfile.TemporaryDirectory() as work_dir:
+        run = metaschedule_peer.tune(workload, target, trials, seed, SETTINGS, work_dir)
+    study = optuna.create_study(
+        study_name=study_name(label, "metaschedule", seed, trials),
+        storage=storage,
+        direction="maximize",
+    )
+    for number, (value, elapsed) in enumerate(zip(run.gflops, run.elapsed_s, strict=True)):
+        end = origin + datetime.timedelta(seconds=elapsed)
+        study.add_trial(
+            optuna.trial.FrozenTrial(
+                number=number,
+                trial_id=number,
+                state=optuna.trial.TrialState.COMPLETE if value else optuna.trial.TrialState.FAIL,
+                value=value or None,
+                datetime_start=origin,
+                datetime_complete=end,
+                params={},
+                distributions={},
+                user_attrs={"gflops": value} if value else {},
+                system_attrs={},
+                intermediate_values={},
+            )
+        )
+    study.set_user_attr("workload", workload.name)
+    study.set_user_attr("shape", dict(workload.shape))
+    if vendor:
+        study.set_user_attr("vendor_library", vendor[0])
+        study.set_user_attr("vendor_gflops", workload.flop_count / vendor[1] / 1e9)
+    study.set_user_attr("bench:best_script", run.best_script)
+    study.set_user_attr("bench:sampler_s", 0.0)
+    study.set_user_attr(DONE, time.perf_counter() - start)
+    return study
+
+
+def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
+    """Re-time each study's best kernel, interleaved over rounds; stores the median GFLOP/s."""
+    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
+    workload = get_workload(op, **shape)
+    target = target_spec("llvm")
+    measurers, configs = {}, {}
+    for tuner, study in studies.items():
+        if tuner == "metaschedule":
+            template = metaschedule_peer.ScriptTemplate(workload)
+            configs[tuner] = {"script": study.user_attrs["bench:best_script"]}
+        else:
+            template = tensortune.CpuTemplate(workload)
+            configs[tuner] = best_summary(study)["config"]
+        measurers[tuner] = Measurer(template, target, RETIME)
+    costs: dict[str, list[float]] = {tuner: [] for tuner in studies}
+    try:
+        for _ in range(RETIME_ROUNDS):
+            for tuner, measurer in measurers.items():
+                result = measurer.measure([configs[tuner]])[0]
+                costs[tuner].extend(result.costs or [])
+    finally:
+        for measurer in measurers.values():
+            measurer.close()
+    for tuner, study in studies.items():
+        if costs[tuner]:
+            gflops = workload.flop_count / sorted(costs[tuner])[len(costs[tuner]) // 2] / 1e9
+            study.set_user_attr(RETIMED, gflops)
+
+
+def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[dict, list[dict]]:
+    curve = best_so_far(study, workload=label, tuner=tuner, seed=seed)
+    attrs = study.user_attrs
+    row: dict = {
+        "workload": label,
+        "tuner": tuner,
+        "seed": seed,
+        "trials": len(curve),
+        "vendor_library": attrs.get("vendor_library", ""),
+        "vendor_gflops": round(attrs.get("vendor_gflops") or 0.0, 1),
+    }
+    for n in CHECKPOINTS:
+        if n <= len(curve):
+            row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1)
+    row["remeasured"] = round(attrs.get(RETIMED, 0.0), 1)
+    row["wall_s"] = round(attrs[DONE], 1)
+    row["sampler_s"] = round(attrs.get("bench:sampler_s", 0.0), 1)
+    return row, curve
+
+
+def trials_to(curve: list[dict], level: float) -> int | str:
+    """First trial whose best-so-far reaches `level` ('' if none does)."""
+    return next((c["trial"] for c in curve if c["best_gflops"] >= level), "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true",
+        help=f"matmul 128, 32 trials, seed 0, {' '.join(QUICK_TUNERS)}, a temporary --work",
+    )  # fmt: skip
+    parser.add_argument("--trials", type=int, default=256, help="trials per study (default 256)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default 0 1 2")
+    parser.add_argument(
+        "--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS),
+        help="default: all",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tuners", nargs="+", choices=TUNERS, default=None,
+        help=f"default: {' '.join(MAIN_TUNERS)}",
+    )  # fmt: skip
+    parser.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
+    parser.add_argument(
+        "--work", default=None, help=f"study storage folder (default {os.path.join(HERE, 'work')})"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        labels, trials, seeds = list(QUICK_WORKLOAD), 32, [0]
+        tuners = args.tuners or list(QUICK_TUNERS)
+        work = args.work or tempfile.mkdtemp(prefix="sample-efficiency-")
+    else:
+        labels, trials, seeds = args.workloads, args.trials, args.seeds
+        tuners = args.tuners or list(MAIN_TUNERS)
+        work = args.work or os.path.join(HERE, "work")
+    if trials < CHECKPOINTS[0]:
+        parser.error(f"--trials must be at least {CHECKPOINTS[0]}")
+    os.makedirs(work, exist_ok=True)
+    storage = f"sqlite:///{os.path.join(work, 'sample_efficiency.db')}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for label in labels:
+        for seed in seeds:
+            studies = {}
+            for tuner in tuners:
+                study = finished(storage, study_name(label, tuner, seed, trials))
+                if study is None:
+                    start = time.perf_counter()
+                    if tuner == "metaschedule":
+                        study = run_metaschedule(label, seed, trials, storage)
+                    else:
+                        study = run_ours(label, tuner, seed, trials, storage)
+                    print(
+                        f"{label} {tuner} seed {seed}: best {study.best_value:.1f} GFLOP/s, "
+                        f"{time.perf_counter() - start:.0f} s",
+                        flush=True,
+                    )
+                studies[tuner] = study
+            fresh = {t: s for t, s in studies.items() if RETIMED not in s.user_attrs}
+            if fresh:
+                retime_winners(label, fresh)
+    write_results(storage, trials, args.out)
+
+
+def write_results(storage: str, trials: int, out: str) -> None:
+    """CSV, plots and summary of every finished study in `storage` with `trials` trials."""
+    groups: dict[tuple[str, int], list[tuple[dict, list[dict]]]] = {}
+    for summary in optuna.get_all_study_summaries(storage):
+        label, tuner, seed_text, size = summary.study_name.split("/")
+        if summary.user_attrs.get(DONE) is None or size != f"n{trials}":
+            continue
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        seed = int(seed_text.removeprefix("s"))
+        groups.setdefault((label, seed), []).append(summarize(label, tuner, seed, study))
+    rows, curves = [], []
+    for (_label, _seed), results in sorted(groups.items()):
+        top = max(curve[-1]["best_gflops"] for _, curve in results)
+        results.sort(key=lambda result: efficiency_report.tuner_order(result[0]["tuner"]))
+        for row, curve in results:
+            row["trials_to_90%"] = trials_to(curve, 0.9 * top)
+            rows.append(row)
+            curves.extend(curve)
+    if not rows:
+        print("no finished studies yet")
+        return
+    write_csv(os.path.join(out, "sample_efficiency.csv"), rows)
+    write_csv(os.path.join(out, "sample_efficiency_curves.csv"), curves)
+    efficiency_report.report(rows, curves, out)
+
+
+if __name__ == "__main__":
+    main()
