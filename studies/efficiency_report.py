@@ -24,6 +24,8 @@ def report(rows: list[dict], curves: list[dict], out: str) -> None:
     rows = [_numbers(r) for r in rows]
     curves = [_numbers(c) for c in curves]
     table = summary_table(rows)
+    total = sum(r["wall_s"] for r in rows) / 60
+    table += f"\n\n{len(rows)} studies, {total:.0f} min of tuning in all."
     with open(os.path.join(out, "sample_efficiency_summary.md"), "w") as f:
         f.write(table + "\n")
     print(table)
@@ -70,7 +72,8 @@ def summary_table(rows: list[dict]) -> str:
 
 
 def _median_ratio(runs: list[dict], key: str) -> str:
-    return f"{statistics.median(r[key] / r['vendor_gflops'] for r in runs):.2f}"
+    ratios = [r[key] / r["vendor_gflops"] for r in runs if r[key] != "" and r["vendor_gflops"]]
+    return f"{statistics.median(ratios):.2f}" if ratios else "–"
 
 
 def tuner_order(tuner: str) -> tuple[int, str]:

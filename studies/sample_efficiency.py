@@ -14,8 +14,8 @@ script again skips finished studies, so a budget can be spread over several runs
 the requested trials:
 
 - ``sample_efficiency.csv``: per workload, tuner and seed: vendor, best at each checkpoint,
-  trials to reach 90 % of the best any tuner found for that workload and seed, re-timed best,
-  wall and sampler seconds;
+  trials to reach 90 % of the best any main tuner found for that workload and seed, re-timed
+  best, wall and sampler seconds;
 - ``sample_efficiency_curves.csv``: every trial with its best-so-far and elapsed seconds;
 - the plots and the summary table of `efficiency_report`.
 
@@ -61,6 +61,8 @@ COSTMODEL_VARIANTS: dict[str, dict] = {
     "costmodel-ucb": {"acquisition": "ucb"},
     "costmodel-nodiv": {"diversity": 0.0},
     "costmodel-noeps": {"epsilon": 0.0},
+    "costmodel-eps0.25": {"epsilon": 0.25},
+    "costmodel-restart0.1": {"restart_share": 0.1},
 }
 PEERS = ("tpe", "gp", "random", "metaschedule")
 TUNERS = (*COSTMODEL_VARIANTS, *PEERS)
@@ -239,7 +241,7 @@ def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[d
     for n in CHECKPOINTS:
         if n <= len(curve):
             row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1)
-    row["remeasured"] = round(attrs.get(RETIMED, 0.0), 1)
+    row["remeasured"] = round(attrs[RETIMED], 1) if RETIMED in attrs else ""
     row["wall_s"] = round(attrs[DONE], 1)
     row["sampler_s"] = round(attrs.get("bench:sampler_s", 0.0), 1)
     return row, curve
@@ -319,7 +321,9 @@ def write_results(storage: str, trials: int, out: str) -> None:
         groups.setdefault((label, seed), []).append(summarize(label, tuner, seed, study))
     rows, curves = [], []
     for (_label, _seed), results in sorted(groups.items()):
-        top = max(curve[-1]["best_gflops"] for _, curve in results)
+        # The reference is the main tuners' best, so that adding variants moves nothing.
+        main = [r for r in results if r[0]["tuner"] in MAIN_TUNERS] or results
+        top = max(curve[-1]["best_gflops"] for _, curve in main)
         results.sort(key=lambda result: efficiency_report.tuner_order(result[0]["tuner"]))
         for row, curve in results:
             row["trials_to_90%"] = trials_to(curve, 0.9 * top)
