@@ -320,7 +320,8 @@ def write_results(storage: str, trials: int, out: str) -> None:
         seed = int(seed_text.removeprefix("s"))
         groups.setdefault((label, seed), []).append(summarize(label, tuner, seed, study))
     rows, curves = [], []
-    for (_label, _seed), results in sorted(groups.items()):
+    order = {label: i for i, label in enumerate(WORKLOADS | QUICK_WORKLOAD)}
+    for _, results in sorted(groups.items(), key=lambda g: (order.get(g[0][0], len(order)), g[0])):
         # The reference is the main tuners' best, so that adding variants moves nothing.
         main = [r for r in results if r[0]["tuner"] in MAIN_TUNERS] or results
         top = max(curve[-1]["best_gflops"] for _, curve in main)
