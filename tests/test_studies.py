@@ -94,8 +94,8 @@ def test_efficiency_summary_table():
     rows[4]["remeasured"] = ""  # not re-timed (an interrupted run): left out of the median
     lines = efficiency_report.summary_table(rows).splitlines()
     assert lines[0].split(" | ")[3:6] == ["seeds", "×vendor @64", "×vendor @128"]
-    # The learned sampler comes first; ratios are per seed, then the median.
-    costmodel = ["costmodel", "3", "1.20", "1.20", ">128 (9/>128/>128)", "1.22", "20 |"]
+    # The learned sampler comes first; medians over seeds against the median vendor (100).
+    costmodel = ["costmodel", "3", "0.90", "0.90", ">128 (9/>128/>128)", "0.94", "20 |"]
     assert lines[2].split(" | ")[2:] == costmodel
     tpe = ["tpe", "3", "0.60", "0.80", "41 (40/41/42)", "0.72", "20 |"]
     assert lines[3].split(" | ")[2:] == tpe
