@@ -13,7 +13,7 @@ import math
 import os
 import statistics
 
-from results_io import read_csv
+from results_io import draw_band, pyplot, read_csv
 
 MAIN = ("costmodel", "tpe", "gp", "random", "metaschedule")
 RATIO_AT = (64, 128, 256)
@@ -94,13 +94,8 @@ def _numbers(row: dict) -> dict:
 
 
 def _plot(path: str, rows: list[dict], curves: list[dict], tuners: list[str], x_key: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     labels = list(dict.fromkeys(r["workload"] for r in rows))
     columns = min(4, len(labels))
@@ -115,8 +110,7 @@ def _plot(path: str, rows: list[dict], curves: list[dict], tuners: list[str], x_
             n = min(len(s) for s in series)
             x = [statistics.median(s[i][x_key] for s in series) for i in range(n)]
             values = [[s[i]["best_gflops"] for s in series] for i in range(n)]
-            ax.plot(x, [statistics.median(v) for v in values], label=tuner, lw=1.4)
-            ax.fill_between(x, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
+            draw_band(ax, x, values, tuner, alpha=0.15)
         mine = [r for r in rows if r["workload"] == label]
         vendor = statistics.median(r["vendor_gflops"] for r in mine)
         ax.axhline(vendor, color="k", ls="--", lw=1, label=mine[0]["vendor_library"])

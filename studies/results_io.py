@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import os
+import statistics
+from typing import Any
 
 import optuna
 
@@ -46,3 +48,23 @@ def best_so_far(study: optuna.Study, **labels: object) -> list[dict]:
             }
         )
     return out
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None (with a message) when
+    matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return None
+    return plt
+
+
+def draw_band(ax: Any, x: list, values: list[list[float]], label: str, alpha: float) -> None:
+    """The median of `values` (one list per x) as a line, and their min-max as a band."""
+    ax.plot(x, [statistics.median(v) for v in values], label=label, lw=1.4)
+    ax.fill_between(x, [min(v) for v in values], [max(v) for v in values], alpha=alpha)

@@ -41,7 +41,7 @@ import tensortune
 from tensortune.measure import Measurer, MeasureSettings
 from tensortune.storage import best_summary
 from tensortune.target import target_spec
-from tensortune.workloads import PRESETS, get_workload
+from tensortune.workloads import PRESETS, Workload, get_workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: label → (operator, shape); labels are `tensortune.workloads.PRESETS` names where one exists.
@@ -78,6 +78,12 @@ RETIME = MeasureSettings(repeat=5, min_repeat_ms=50)
 RETIME_ROUNDS = 3
 DONE = "bench:wall_s"
 RETIMED = "bench:remeasured_gflops"
+
+
+def workload_of(label: str) -> Workload:
+    """The workload a study label names."""
+    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
+    return get_workload(op, **shape)
 
 
 class TimedSampler(optuna.samplers.BaseSampler):
@@ -135,12 +141,10 @@ def finished(storage: str, name: str) -> optuna.Study | None:
 
 
 def run_ours(label: str, tuner: str, seed: int, trials: int, storage: str) -> optuna.Study:
-    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
     timed = TimedSampler(make_tuner(tuner, seed))
     start = time.perf_counter()
     study = tensortune.tune(
-        op,
-        shape=shape,
+        workload_of(label),
         n_trials=trials,
         storage=storage,
         study_name=study_name(label, tuner, seed, trials),
@@ -155,8 +159,7 @@ def run_ours(label: str, tuner: str, seed: int, trials: int, storage: str) -> op
 
 def run_metaschedule(label: str, seed: int, trials: int, storage: str) -> optuna.Study:
     """Tune with MetaSchedule and store its candidates as the trials of an Optuna study."""
-    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
-    workload = get_workload(op, **shape)
+    workload = workload_of(label)
     target = target_spec("llvm")
     start = time.perf_counter()
     # Like `tensortune.tune`, measure the vendor first, inside the wall time.
@@ -200,8 +203,7 @@ def run_metaschedule(label: str, seed: int, trials: int, storage: str) -> optuna
 
 def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
     """Re-time each study's best kernel, interleaved over rounds; stores the median GFLOP/s."""
-    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
-    workload = get_workload(op, **shape)
+    workload = workload_of(label)
     target = target_spec("llvm")
     measurers, configs = {}, {}
     for tuner, study in studies.items():

@@ -23,7 +23,7 @@ import tempfile
 import time
 
 import optuna
-from results_io import best_so_far, write_csv
+from results_io import best_so_far, draw_band, pyplot, write_csv
 
 import tensortune
 from tensortune.storage import best_summary
@@ -104,13 +104,8 @@ def _row(label: str, seed: int, trials: int, study: optuna.Study, wall: float) -
 
 
 def _plot(path: str, rows: list[dict], curves: list[dict]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     labels = list(dict.fromkeys(r["workload"] for r in rows))
     fig, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 3.6), squeeze=False)
@@ -121,18 +116,9 @@ def _plot(path: str, rows: list[dict], curves: list[dict]) -> None:
             for s in seeds
         ]
         n = min(len(s) for s in series)
-        x = list(range(1, n + 1))
-        ax.plot(
-            x,
-            [statistics.median(s[i] for s in series) for i in range(n)],
-            label=f"tensortune + TPE (median of {len(seeds)})",
-        )
-        ax.fill_between(
-            x,
-            [min(s[i] for s in series) for i in range(n)],
-            [max(s[i] for s in series) for i in range(n)],
-            alpha=0.25,
-        )
+        values = [[s[i] for s in series] for i in range(n)]
+        label_line = f"tensortune + TPE (median of {len(seeds)})"
+        draw_band(ax, list(range(1, n + 1)), values, label_line, alpha=0.25)
         vendors = [
             r["vendor_gflops"] for r in rows if r["workload"] == label and r["vendor_gflops"]
         ]
