@@ -200,8 +200,11 @@ class Measurer:
             warnings.warn(
                 f"vendor baseline failed, tuning without it: {_last_line(err)}", stacklevel=2
             )
-            self._runner.kill()
             return None
+        finally:
+            # The vendor's thread pool spins on after its last call; kernels timed next to it
+            # in that process measured up to 100x slow. The next candidate gets a fresh one.
+            self._runner.kill()
         if found is None:
             return None
         name, costs = found

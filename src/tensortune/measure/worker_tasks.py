@@ -35,10 +35,16 @@ def build(template: Any, config: dict[str, Any], target: dict[str, Any], path: s
 
 
 def workload_data(workload: Workload) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Seeded inputs and the NumPy reference outputs for `workload`, cached."""
+    """Seeded inputs and the NumPy reference outputs for `workload`, cached.
+
+    The reference runs on one BLAS thread: a multi-threaded BLAS leaves its threads spinning
+    after a call, and kernels timed next to them in this process measured up to 100x slow."""
+    from threadpoolctl import threadpool_limits
+
     if workload.key not in _DATA:
         inputs = workload.random_inputs(seed=0)
-        _DATA[workload.key] = (inputs, workload.reference(inputs))
+        with threadpool_limits(limits=1):
+            _DATA[workload.key] = (inputs, workload.reference(inputs))
     return _DATA[workload.key]
 
 
