@@ -147,3 +147,30 @@ def test_upper_confidence_bound_and_dispatch():
     )
     with pytest.raises(ValueError, match=r"unknown acquisition 'pi'.*mean, ei, ucb"):
         acquire("pi", mean, std, best=0.0)
+
+
+@pytest.mark.parametrize("loss", ["rank", "reg"])
+def test_group_weights_decide_between_conflicting_workloads(data, loss):
+    # Two workloads that order the same configs in opposite ways: the weighted one wins.
+    X = np.vstack([data["X"], data["X"]])
+    y = np.concatenate([data["y"], 1 - data["y"]])
+    groups = np.repeat([0, 1], len(data["y"]))
+    taus = []
+    for first, second in ((1.0, 0.02), (0.02, 1.0)):
+        weight = np.repeat([first, second], len(data["y"]))
+        model = BootstrapXGBModel(loss=loss, seed=0, n_threads=1)
+        model.fit(X, y, groups=groups, sample_weight=weight)
+        taus.append(kendalltau(model.predict(data["X_test"])[0], data["y_test"]).statistic)
+    assert taus[0] > TAU_FLOOR and taus[1] < -TAU_FLOOR, taus
+
+
+def test_bad_groups_and_weights_raise(data):
+    X, y = data["X"][:10], data["y"][:10]
+    with pytest.raises(ValueError, match="equal within group"):
+        BootstrapXGBModel().fit(X, y, groups=np.zeros(10, int), sample_weight=np.arange(1, 11))
+    with pytest.raises(ValueError, match="integer ids"):
+        BootstrapXGBModel().fit(X, y, groups=np.zeros(10))
+    with pytest.raises(ValueError, match="positive"):
+        BootstrapXGBModel().fit(X, y, sample_weight=np.zeros(10))
+    with pytest.raises(ValueError, match="shape"):
+        BootstrapXGBModel().fit(X, y, groups=np.zeros(3, int))

@@ -88,41 +88,58 @@ class BootstrapXGBModel:
         self.seed = seed
         self.n_threads = n_threads
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> BootstrapXGBModel:
+    def fit(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        groups: np.ndarray | None = None,
+        sample_weight: np.ndarray | None = None,
+    ) -> BootstrapXGBModel:
         """Train the ensemble.
 
-        With fewer than two rows, or when every y is equal, there is nothing to learn: no
-        booster is trained and `predict` returns a constant (0 for the rank loss, the mean of y
-        for the regression loss) with zero spread.
+        With fewer than two rows, or when y is constant (for the rank loss: within every
+        group), there is nothing to learn: no booster is trained and `predict` returns a
+        constant (0 for the rank loss, the weighted mean of y for the regression loss) with
+        zero spread.
 
         Args:
             X: Feature rows, shape (n, d); NaN marks a missing feature (XGBoost's convention).
             y: Targets, shape (n,), higher is better: normalized throughput in [0, 1], with
                 0 for configs that failed.
+            groups: Integer id per row, shape (n,), of the workload it was measured on.
+                Default None: one workload. The rank loss only compares rows of one group, so
+                throughputs of different workloads never need a common scale; each bootstrap
+                resample draws within each group.
+            sample_weight: Positive weight per row, shape (n,). Default None: all 1. With the
+                rank loss a weight applies to a whole group, so it must be equal within one.
 
         Returns:
             The fitted model itself.
 
         Raises:
             ValueError: For an unknown loss, a non-positive ``n_models``, ``rank_pairs`` or
-                ``max_train``, mismatched shapes, or a non-finite y.
+                ``max_train``, mismatched shapes, a non-finite y, or bad groups or weights.
         """
         import xgboost  # noqa: F401  (imported before the clock starts: fit_seconds_ is training)
 
         self._check_params()
         X, y = _check_xy(X, y)
+        groups, weight = _check_groups(groups, sample_weight, len(y), self.loss)
         start = time.perf_counter()
         seeds = np.random.SeedSequence(self.seed).spawn(self.n_models + 1)
         rows = cap_rows(y, self.max_train, np.random.default_rng(seeds[0]))
-        X, y = X[rows], y[rows]
+        X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
         self.n_train_ = len(y)
         self.n_features_ = X.shape[1]
         self.boosters_: list[xgboost.Booster] = []
         self.scales_: list[tuple[float, float]] = []
-        self.constant_ = float(y.mean()) if self.loss == "reg" and len(y) else 0.0
-        if len(y) >= 2 and np.ptp(y) > 0:
+        self.constant_ = (
+            float(np.average(y, weights=weight)) if self.loss == "reg" and len(y) else 0.0
+        )
+        learnable = np.ptp(y) > 0 if self.loss == "reg" else _varies_within_a_group(y, groups)
+        if len(y) >= 2 and learnable:
             for member_seed in seeds[1:]:
-                self._fit_member(X, y, member_seed)
+                self._fit_member(X, y, groups, weight, member_seed)
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
@@ -163,17 +180,28 @@ class BootstrapXGBModel:
         if self.max_train < 1:
             raise ValueError(f"max_train must be positive, got {self.max_train!r}")
 
-    def _fit_member(self, X: np.ndarray, y: np.ndarray, seed: np.random.SeedSequence) -> None:
+    def _fit_member(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        groups: np.ndarray,
+        weight: np.ndarray,
+        seed: np.random.SeedSequence,
+    ) -> None:
         """Train one booster on a bootstrap resample and record its output scale."""
         import xgboost
 
-        if self.n_models > 1:
-            rows = np.random.default_rng(seed).integers(0, len(y), size=len(y))
-            X, y = X[rows], y[rows]
+        rng = np.random.default_rng(seed)
+        rows = _grouped_rows(groups, resample=self.n_models > 1, rng=rng)
+        X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
         dtrain = xgboost.DMatrix(X, label=y, nthread=self._threads())
         if self.loss == "rank":
-            # One query: every config of the task is compared with every other.
-            dtrain.set_group([len(y)])
+            # One query per workload: each config is compared with every other of its workload.
+            starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+            dtrain.set_group(np.diff(np.r_[starts, len(y)]))
+            dtrain.set_weight(weight[starts])
+        else:
+            dtrain.set_weight(weight)
         booster = xgboost.train(
             self._xgb_params(int(seed.generate_state(1)[0])),
             dtrain,
@@ -248,6 +276,40 @@ def cap_rows(y: np.ndarray, max_train: int, rng: np.random.Generator) -> np.ndar
     n_best = max_train // 4
     rest = rng.choice(order[n_best:], size=max_train - n_best, replace=False)
     return np.sort(np.concatenate([order[:n_best], rest]))
+
+
+def _check_groups(
+    groups: np.ndarray | None, weight: np.ndarray | None, n: int, loss: str
+) -> tuple[np.ndarray, np.ndarray]:
+    groups = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups)
+    weight = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64)
+    if groups.shape != (n,) or weight.shape != (n,):
+        raise ValueError(f"groups and sample_weight must have shape ({n},) like y")
+    if not np.issubdtype(groups.dtype, np.integer):
+        raise ValueError(f"groups must be integer ids, got dtype {groups.dtype}")
+    if not (np.all(np.isfinite(weight)) and np.all(weight > 0)):
+        raise ValueError("sample_weight must be finite and positive")
+    if loss == "rank":
+        for g in np.unique(groups):
+            if np.ptp(weight[groups == g]) > 0:
+                raise ValueError(f"with the rank loss, weights must be equal within group {g}")
+    return groups.astype(np.int64), weight
+
+
+def _varies_within_a_group(y: np.ndarray, groups: np.ndarray) -> bool:
+    return any(np.ptp(y[groups == g]) > 0 for g in np.unique(groups))
+
+
+def _grouped_rows(groups: np.ndarray, resample: bool, rng: np.random.Generator) -> np.ndarray:
+    """Row indices with each group's rows together; with `resample`, a bootstrap drawn within
+    each group, so every workload keeps its share of the rows."""
+    parts = []
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        if resample:
+            members = members[rng.integers(0, len(members), size=len(members))]
+        parts.append(members)
+    return np.concatenate(parts) if parts else np.arange(0)
 
 
 def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
