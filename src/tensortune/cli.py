@@ -1,4 +1,4 @@
-"""``tensortune`` command line: tune, best, export, workloads."""
+"""``tensortune`` command line: tune, best, export, dashboard, workloads."""
 
 from __future__ import annotations
 
@@ -53,6 +53,19 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="costmodel: train the cost model to rank or to regress throughput (default rank)",
     )
+    tune.add_argument(
+        "--transfer-from",
+        action="append",
+        default=[],
+        metavar="STUDY",
+        help="costmodel: warm-start from this prior study of any workload on the same target; "
+        "repeat for several (default: none, a cold start)",
+    )
+    tune.add_argument(
+        "--transfer-storage",
+        default=None,
+        help="Optuna storage URL of the --transfer-from studies (default: --storage)",
+    )
     tune.add_argument("--seed", type=int, default=None, help="sampler seed (default: unseeded)")
     tune.add_argument(
         "--batch-size", type=int, default=8, help="trials built in parallel (default 8)"
@@ -75,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
     export.add_argument("--study", required=True)
     export.add_argument("-o", "--output", required=True, help="folder to create")
+
+    dash = sub.add_parser("dashboard", help="serve optuna-dashboard on a storage")
+    dash.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    dash.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    dash.add_argument("--port", type=int, default=8080, help="port (default 8080)")
 
     sub.add_parser("workloads", help="list registered workloads and shape presets")
     return parser
@@ -100,11 +120,15 @@ def _print_summary(summary: dict) -> None:
 
 def _tune(args: argparse.Namespace) -> None:
     from tensortune.measure import MeasureSettings
-    from tensortune.storage import best_summary
+    from tensortune.storage import best_summary, load_study, open_storage
     from tensortune.tuning import tune
     from tensortune.workloads import parse_shape
 
     workload = parse_shape(args.workload, args.shape)
+    sources = []
+    if args.transfer_from:
+        source_db = open_storage(args.transfer_storage or args.storage, must_exist=True)
+        sources = [load_study(source_db, name) for name in args.transfer_from]
     settings = MeasureSettings(
         number=args.number,
         repeat=args.repeat,
@@ -124,6 +148,7 @@ def _tune(args: argparse.Namespace) -> None:
             batch_size=args.batch_size,
             acquisition=args.acquisition,
             loss=args.loss,
+            source_studies=sources,
         ),
         settings=settings,
         batch_size=args.batch_size,
@@ -150,6 +175,18 @@ def _export(args: argparse.Namespace) -> None:
     print(f"exported to {export_best(study, args.output)}")
 
 
+def _dashboard(args: argparse.Namespace) -> None:
+    from tensortune.dashboard import serve
+
+    print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+    try:
+        serve(args.storage, args.host, args.port)
+    except OSError as err:  # the port is taken, or the host is not this machine's
+        raise TensortuneError(f"cannot serve on {args.host}:{args.port}: {err}") from None
+    except KeyboardInterrupt:
+        pass
+
+
 def _workloads(args: argparse.Namespace) -> None:
     from tensortune.workloads import PRESETS, workload_definition, workload_names
 
@@ -162,9 +199,13 @@ def _workloads(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (2 for bad input, with one line on stderr)."""
     args = _parser().parse_args(argv)
-    handler = {"tune": _tune, "best": _best, "export": _export, "workloads": _workloads}[
-        args.command
-    ]
+    handler = {
+        "tune": _tune,
+        "best": _best,
+        "export": _export,
+        "dashboard": _dashboard,
+        "workloads": _workloads,
+    }[args.command]
     try:
         handler(args)
     except TensortuneError as err:

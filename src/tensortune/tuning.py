@@ -9,9 +9,11 @@ from typing import Any
 
 import optuna
 
+from tensortune.dashboard import publish_note, publish_progress
 from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureResult, MeasureSettings
-from tensortune.storage import create_study, find_study, open_storage
+from tensortune.sampler.transfer import check_sources
+from tensortune.storage import create_study, find_study, open_storage, target_key
 from tensortune.target import describe, target_spec
 from tensortune.templates import CpuTemplate, InvalidConfig
 from tensortune.workloads import Workload, get_workload
@@ -122,6 +124,7 @@ def make_sampler(
     batch_size: int = 8,
     acquisition: str | None = None,
     loss: str | None = None,
+    source_studies: Sequence[optuna.Study] = (),
 ) -> optuna.samplers.BaseSampler:
     """An Optuna sampler by name, seeded with `seed` (default None: unseeded).
 
@@ -134,9 +137,13 @@ def make_sampler(
         batch_size: Configs the costmodel sampler proposes per model round. Default 8.
         acquisition: ``mean``, ``ei`` or ``ucb``; costmodel only. Default None (``mean``).
         loss: ``rank`` or ``reg``; costmodel only. Default None (``rank``).
+        source_studies: Prior studies that warm-start the cost model; costmodel only.
+            Default ``()``: a cold start.
     """
     if name != "costmodel" and (acquisition is not None or loss is not None):
         raise TensortuneError("--acquisition and --loss apply to the costmodel sampler only")
+    if name != "costmodel" and source_studies:
+        raise TensortuneError("transfer from prior studies needs the costmodel sampler")
     if name == "costmodel":
         from tensortune.sampler import CostModelSampler
 
@@ -146,6 +153,7 @@ def make_sampler(
                 acquisition=acquisition or "mean",
                 loss=loss or "rank",
                 batch_size=batch_size,
+                source_studies=source_studies,
                 seed=seed,
             )
         except ValueError as err:
@@ -198,11 +206,15 @@ def tune(
         study_name: Default ``"<workload key>@<target>"``, e.g.
             ``"matmul(M=64,N=64,K=64)@llvm-znver4"``.
         sampler: An Optuna sampler, or a name from `SAMPLERS` (see `make_sampler`). Default
-            ``"costmodel"``: `tensortune.CostModelSampler`, the learned search.
+            ``"costmodel"``: `tensortune.CostModelSampler`, the learned search. A sampler with
+            ``source_studies`` has them checked before the study is created or resumed, and
+            their names are kept in its ``transfer_sources`` user attr.
         seed: Seed for a sampler given by name. Default None (unseeded).
         settings: Build and timing settings. Default `MeasureSettings()`.
         batch_size: Trials asked of the sampler at once and built in parallel. Default 8.
-        show_progress: Show a progress bar on stderr. Default True.
+        show_progress: Show a progress bar on stderr. Default True. optuna-dashboard shows the
+            study's note (workload, target, vendor, sampler settings) and a best-so-far plot
+            that is updated after every batch, whatever this says.
         template: Knobs → schedule (see `Objective`). Default None: ``CpuTemplate(workload)``.
     """
     if isinstance(workload, str):
@@ -219,6 +231,8 @@ def tune(
     name = study_name or default_study_name(workload, spec)
     if not name.strip():
         raise TensortuneError("study name must not be empty")
+    sources = list(getattr(sampler, "source_studies", ()))
+    check_sources(sources, target_key(spec), name)  # before anything is written
     db = open_storage(storage)
     study = find_study(db, name, workload, spec)
     with Objective(workload, spec, settings, template=template) as objective:
@@ -227,6 +241,9 @@ def tune(
             study = create_study(db, name, workload, spec, vendor, sampler)
         else:
             study.sampler = sampler
+        if sources:
+            study.set_user_attr("transfer_sources", [s.study_name for s in sources])
+        publish_note(study, sampler)
         objective.vendor_gflops = study.user_attrs.get("vendor_gflops")
         _run_batches(study, objective, n_trials, batch_size, show_progress)
     return study
@@ -256,6 +273,7 @@ def _run_batches(
                     study.tell(trial, value)
             done += len(trials)
             bar.update(len(trials))
+            publish_progress(study)
             best = _best_value(study)
             if best is not None:
                 bar.set_postfix(

@@ -14,13 +14,21 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from tensortune.errors import TensortuneError
 from tensortune.sampler.history import (
     CONFIG_ATTR,
     PROPOSAL_ATTR,
     KnobSpace,
     read_history,
+    trial_config,
 )
 from tensortune.sampler.proposals import RoundSettings, propose_round
+from tensortune.sampler.transfer import (
+    SourceRows,
+    check_sources,
+    load_sources,
+    project_config,
+)
 
 if TYPE_CHECKING:
     from tensortune.features import FeatureExtractor
@@ -37,6 +45,13 @@ class CostModelSampler(BaseSampler):
     ``batch_size`` of them for quality and diversity, swaps an ``epsilon`` share for random
     configs, and hands them out to the next trials. Trials that are running (other threads or
     processes on the same storage) count as taken, so no config is measured twice.
+
+    Prior studies (``source_studies``) warm-start it: their measured configs, encoded with the
+    same operator-independent features, train the model next to the study's own, so the model
+    proposes from the first trial instead of after ``n_startup_trials`` random ones. Their
+    weight halves every ``source_half_life`` trials of the study's own. Their best configs,
+    moved into the study's knob space where the knobs match, start annealing chains until the
+    study has enough good configs of its own.
 
     The study's trials are the only state that matters: the queue of proposals and the chain
     states are a cache that a new process rebuilds from the trials. Each trial records where
@@ -69,6 +84,20 @@ class CostModelSampler(BaseSampler):
             each round. Default 0.5: on conv2d C7 it beat 0.25 on both seeds tried (174 against
             131 and 85 against 46 GFLOP/s at 32 trials), refining the incumbents as
             MetaSchedule's evolutionary search does.
+        source_studies: Prior tensortune studies to learn from, from any storage, of any
+            workload measured on the study's target. Default ``()``: a cold start. They are
+            read, never written, when the first proposal is made; one on another target, with
+            no completed trial, or not made by tensortune raises `TensortuneError` then (and
+            `tensortune.tune` checks them before it creates its study).
+        source_half_life: Trials of the study's own after which a source row's weight has
+            halved. Default 32.0: on held-out configs of five workloads
+            (``studies/transfer_model.py``) half-lives from 8 to infinity ranked alike up to
+            32 local trials, and 32 leaves the sources a quarter of a local row's weight at 64.
+        source_starts: How many of the sources' best configs (see
+            `tensortune.sampler.transfer.project_config`) may start annealing chains while the
+            study has fewer good configs of its own than restart slots. Default 16, the
+            restart slots of the default ``n_chains`` and ``restart_share``; 0 leaves the
+            chains to the study's own configs.
         seed: Seed of every random choice. Default None (unseeded).
     """
 
@@ -88,6 +117,9 @@ class CostModelSampler(BaseSampler):
         n_chains: int = 32,
         anneal_steps: int = 8,
         restart_share: float = 0.5,
+        source_studies: Sequence[optuna.Study] = (),
+        source_half_life: float = 32.0,
+        source_starts: int = 16,
         seed: int | None = None,
     ) -> None:
         from tensortune.cost_model import ACQUISITIONS
@@ -106,12 +138,19 @@ class CostModelSampler(BaseSampler):
             ("n_models", n_models, 1),
             ("n_startup_trials", n_startup_trials, 0),
             ("anneal_steps", anneal_steps, 1),
+            ("source_starts", source_starts, 0),
         ):
             if count < least:
                 raise ValueError(f"{name} must be at least {least}, got {count}")
         for name, share in (("epsilon", epsilon), ("restart_share", restart_share)):
             if not 0.0 <= share <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {share}")
+        if not source_half_life > 0:
+            raise ValueError(f"source_half_life must be positive, got {source_half_life}")
+        if isinstance(source_studies, optuna.Study) or not all(
+            isinstance(s, optuna.Study) for s in source_studies
+        ):
+            raise ValueError("source_studies must be a sequence of optuna.Study objects")
         self.template = template
         self.feature_set = feature_set
         self.n_startup_trials = n_startup_trials
@@ -126,7 +165,10 @@ class CostModelSampler(BaseSampler):
             n_chains=n_chains,
             anneal_steps=anneal_steps,
             restart_share=restart_share,
+            source_half_life=source_half_life,
         )
+        self.source_studies = list(source_studies)
+        self.source_starts = source_starts
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         self._random = RandomSampler(seed=seed)
@@ -138,6 +180,7 @@ class CostModelSampler(BaseSampler):
         self._chains: np.ndarray | None = None
         self._fitted_at = -1
         self._round = 0
+        self._sources: SourceRows | None = None
         #: Wall time per phase of the last model round (for benchmarks and the curious).
         self.last_round_seconds: dict[str, float] = {}
 
@@ -167,14 +210,21 @@ class CostModelSampler(BaseSampler):
                 for name, dist in search_space.items()
             }
         with self._lock:  # held until the config is in storage, where other threads look
-            indices, source, score = self._next_config(study)
-            assert self._space is not None
-            config = self._space.decode(indices)
-            proposal: dict[str, Any] = {"source": source, "round": self._round}
-            if np.isfinite(score):
-                proposal["score"] = round(float(score), 4)
-            study._storage.set_trial_system_attr(trial._trial_id, CONFIG_ATTR, config)
-            study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, proposal)
+            for attempt in range(_CLAIM_ATTEMPTS):
+                if attempt:
+                    # Processes with one seed draw in lockstep and would collide again: the
+                    # trial number sets them apart.
+                    self._rng = np.random.default_rng([self.seed or 0, trial.number, attempt])
+                indices, source, score = self._next_config(study, fresh=attempt > 0)
+                assert self._space is not None
+                config = self._space.decode(indices)
+                proposal: dict[str, Any] = {"source": source, "round": self._round}
+                if np.isfinite(score):
+                    proposal["score"] = round(float(score), 4)
+                study._storage.set_trial_system_attr(trial._trial_id, CONFIG_ATTR, config)
+                study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, proposal)
+                if not _claimed_by_another(study, trial, config):
+                    break
         return config
 
     def sample_independent(
@@ -225,15 +275,19 @@ class CostModelSampler(BaseSampler):
         self._queue.clear()
         self._chains = None
         self._fitted_at = -1
+        self._sources = None
 
-    def _next_config(self, study: optuna.Study) -> tuple[tuple[int, ...], str, float]:
+    def _next_config(
+        self, study: optuna.Study, fresh: bool = False
+    ) -> tuple[tuple[int, ...], str, float]:
         if self._space is None:
             assert self.template is not None
             self._reset(self.template)
         assert self._space is not None
-        history = read_history(study, self._space)
+        history = read_history(study, self._space, fresh=fresh)
         n_measured = int(np.isfinite(history.values).sum())
-        if n_measured < self.n_startup_trials or n_measured < 2:
+        warm = self._source_rows(study) is not None
+        if not warm and (n_measured < self.n_startup_trials or n_measured < 2):
             return self._random_config(history.taken), "startup", float("nan")
         stale = history.n_finished >= self._fitted_at + self.settings.batch_size
         while True:
@@ -247,6 +301,22 @@ class CostModelSampler(BaseSampler):
             if indices not in history.taken:
                 return indices, source, score
 
+    def _source_rows(self, study: optuna.Study) -> SourceRows | None:
+        """The source studies' rows, read once per sampler; None without sources."""
+        if not self.source_studies:
+            return None
+        if self._sources is None:
+            target = study.user_attrs.get("target")
+            if target is None:
+                raise TensortuneError(
+                    f"study {study.study_name!r} records no target, so its transfer sources "
+                    "cannot be checked: create it with tensortune.tune or "
+                    "tensortune.storage.create_study"
+                )
+            check_sources(self.source_studies, target, study.study_name)
+            self._sources = load_sources(self.source_studies, self.feature_set)
+        return self._sources
+
     def _propose(self, history: Any) -> None:
         assert self._space is not None and self._extractor is not None
         space, extractor = self._space, self._extractor
@@ -255,7 +325,14 @@ class CostModelSampler(BaseSampler):
             return extractor([space.decode(row) for row in configs])
 
         result = propose_round(
-            history, featurize, space.sizes, self.settings, self._chains, self._rng
+            history,
+            featurize,
+            space.sizes,
+            self.settings,
+            self._chains,
+            self._rng,
+            prior=self._sources,
+            prior_starts=self._prior_starts(),
         )
         self._chains = result.states
         self._fitted_at = history.n_finished
@@ -263,6 +340,20 @@ class CostModelSampler(BaseSampler):
         self.last_round_seconds = result.seconds
         for row, source, score in zip(result.configs, result.sources, result.scores, strict=True):
             self._queue.append((tuple(int(v) for v in row), source, float(score)))
+
+    def _prior_starts(self) -> np.ndarray | None:
+        """The sources' best configs that fit this study's knobs, as indices."""
+        if self._sources is None or not self.source_starts:
+            return None
+        assert self._space is not None
+        rows: list[tuple[int, ...]] = []
+        for config in self._sources.best_configs:
+            moved = project_config(config, self._space.knobs)
+            indices = self._space.encode(moved) if moved is not None else None
+            if indices is not None and indices not in rows:
+                rows.append(indices)
+        rows = rows[: self.source_starts]
+        return np.asarray(rows, dtype=np.int64) if rows else None
 
     def _random_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         assert self._space is not None
@@ -272,6 +363,22 @@ class CostModelSampler(BaseSampler):
             if indices not in taken:
                 return indices
         return indices  # a space this crowded has nothing new left to offer
+
+
+#: Tries at a config no other process claimed meanwhile before a duplicate is accepted.
+_CLAIM_ATTEMPTS = 20
+
+
+def _claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: dict[str, Any]) -> bool:
+    """Whether another trial holds `config`, read after this trial's claim was written.
+
+    Another process may have chosen the same config between this one reading the study and
+    writing its claim. Each process writes, then checks, and chooses again on a match: of two
+    colliding claims, the one checked last sees the other, so both can't be kept."""
+    for other in study._storage.get_all_trials(study._study_id, deepcopy=False):
+        if other.number != trial.number and dict(trial_config(other)) == config:
+            return True
+    return False
 
 
 def _refuse_multi_objective(study: optuna.Study) -> None:

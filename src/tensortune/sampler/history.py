@@ -66,16 +66,30 @@ class History:
 
 
 def trial_config(trial: optuna.trial.FrozenTrial) -> Mapping[str, Any]:
-    """The knob values of a trial: its params, else the config it was handed or enqueued with."""
-    if trial.params:
-        return trial.params
-    return trial.system_attrs.get(CONFIG_ATTR) or trial.system_attrs.get("fixed_params") or {}
+    """The knob values of a trial: the config it was handed, with the values it was enqueued
+    with on top (Optuna's suggest gives those precedence); its params if it has neither.
+
+    Params come last: a running trial writes them one knob at a time, and another process
+    reading them half-written would not see the config as taken."""
+    claimed = trial.system_attrs.get(CONFIG_ATTR) or {}
+    fixed = trial.system_attrs.get("fixed_params") or {}
+    if claimed or fixed:
+        return {**claimed, **fixed}
+    return trial.params
 
 
-def read_history(study: optuna.Study, space: KnobSpace) -> History:
-    """The study's trials as a `History` over `space`."""
+def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> History:
+    """The study's trials as a `History` over `space`.
+
+    Args:
+        study: The study to read.
+        space: The knob space its configs are encoded in.
+        fresh: Read the storage again instead of the trials Optuna cached for this `ask`.
+            Default False; True after another process's claim was found, which the cache
+            may predate.
+    """
     finished_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-    trials = study._get_trials(deepcopy=False, use_cache=True)
+    trials = study._get_trials(deepcopy=False, use_cache=not fresh)
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     configs, values, taken = [], [], set()
     n_finished = 0

@@ -11,6 +11,7 @@ import numpy as np
 
 from tensortune.cost_model import BootstrapXGBModel, acquire
 from tensortune.sampler.history import History, training_targets
+from tensortune.sampler.transfer import SourceRows, source_weight
 from tensortune.search import anneal, diverse_greedy, random_configs, with_random_share
 
 #: Maps ``(n, m)`` knob indices to ``(n, d)`` feature rows (NaN rows: unschedulable configs).
@@ -31,6 +32,7 @@ class RoundSettings:
     n_chains: int
     anneal_steps: int
     restart_share: float
+    source_half_life: float = 32.0
 
 
 @dataclasses.dataclass
@@ -55,16 +57,35 @@ class Round:
 
 
 def fit_cost_model(
-    history: History, featurize: Featurize, settings: RoundSettings, seed: int
+    history: History,
+    featurize: Featurize,
+    settings: RoundSettings,
+    seed: int,
+    prior: SourceRows | None = None,
 ) -> tuple[BootstrapXGBModel, np.ndarray, np.ndarray]:
-    """The bootstrap model fit on the measured configs; also returns their feature rows and
-    scaled targets (rows the template can't schedule are left out)."""
+    """The bootstrap model fit on the measured configs and the `prior` studies' rows; also returns
+    the study's own feature rows and scaled targets (rows the template can't schedule are left
+    out).
+
+    Each source workload is its own rank query and its rows weigh
+    `tensortune.sampler.transfer.source_weight` of a local row's weight, which falls as the
+    study measures more of its own."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
+    X, y = features[usable], targets[usable]
     model = BootstrapXGBModel(loss=settings.loss, n_models=settings.n_models, seed=seed)
-    model.fit(features[usable], targets[usable])
-    return model, features[usable], targets[usable]
+    if prior is None or not len(prior):
+        model.fit(X, y)
+        return model, X, y
+    weight = source_weight(len(history.values), settings.source_half_life)
+    model.fit(
+        np.vstack([X, prior.features]),
+        np.concatenate([y, prior.targets]),
+        groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups]),
+        sample_weight=np.concatenate([np.ones(len(y)), np.full(len(prior), weight)]),
+    )
+    return model, X, y
 
 
 def chain_starts(
@@ -74,21 +95,27 @@ def chain_starts(
     n_chains: int,
     restart_share: float,
     rng: np.random.Generator,
+    prior_starts: np.ndarray | None = None,
 ) -> np.ndarray:
     """Last round's chain states (the paper keeps them across model updates), with a
     `restart_share` of the chains restarted from the best measured configs so that the search
-    keeps refining what is known to be good; random states where there is no previous round."""
+    keeps refining what is known to be good; random states where there is no previous round.
+
+    While the study has fewer good configs of its own than restart slots, the rest restart
+    from `prior_starts` (prior studies' best configs moved into this space), best first."""
     starts = (
         previous.copy()
         if previous is not None and len(previous) == n_chains
         else random_configs(sizes, n_chains, rng)
     )
     finite = np.where(np.isfinite(history.values))[0]
-    if len(finite):
-        best = finite[np.argsort(-history.values[finite], kind="stable")]
-        n_restart = min(max(1, round(restart_share * n_chains)), len(best))
+    pool = history.configs[finite[np.argsort(-history.values[finite], kind="stable")]]
+    if prior_starts is not None and len(prior_starts):
+        pool = np.vstack([pool, prior_starts])
+    if len(pool):
+        n_restart = min(max(1, round(restart_share * n_chains)), len(pool))
         slots = rng.choice(n_chains, size=n_restart, replace=False)
-        starts[slots] = history.configs[best[:n_restart]]
+        starts[slots] = pool[:n_restart]
     return starts
 
 
@@ -99,16 +126,22 @@ def propose_round(
     settings: RoundSettings,
     chains: np.ndarray | None,
     rng: np.random.Generator,
+    prior: SourceRows | None = None,
+    prior_starts: np.ndarray | None = None,
 ) -> Round:
-    """Fit, anneal from `chains`, and select `settings.batch_size` configs never taken."""
+    """Fit (on the study's history and the `prior` studies' rows), anneal from `chains` (and
+    `prior_starts`, see `chain_starts`), and select `settings.batch_size` configs never
+    taken."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
-    model, train_rows, _ = fit_cost_model(history, featurize, settings, seed)
+    model, train_rows, _ = fit_cost_model(history, featurize, settings, seed, prior)
     seconds["fit"] = model.fit_seconds_
     seconds["features"] = time.perf_counter() - start - model.fit_seconds_
 
-    mean, _ = model.predict(train_rows) if len(train_rows) else (np.zeros(1), None)
+    # EI's incumbent: the best predicted of the study's own configs (none yet: the sources').
+    known = train_rows if len(train_rows) or prior is None else prior.features
+    mean, _ = model.predict(known) if len(known) else (np.zeros(1), None)
     best = float(np.max(mean))
 
     def score(configs: np.ndarray) -> np.ndarray:
@@ -124,10 +157,20 @@ def propose_round(
     b = settings.batch_size
     n_keep = max(b, math.ceil(settings.candidate_factor * b))
     steps = max(settings.anneal_steps, math.ceil(2 * n_keep / settings.n_chains))
+    if not len(history.configs):  # a warm start: no incumbent to refine, search wider
+        steps *= 4
     result = anneal(
         sizes,
         score,
-        chain_starts(chains, history, sizes, settings.n_chains, settings.restart_share, rng),
+        chain_starts(
+            chains,
+            history,
+            sizes,
+            settings.n_chains,
+            settings.restart_share,
+            rng,
+            prior_starts,
+        ),
         rng,
         n_steps=steps,
         n_keep=n_keep,
