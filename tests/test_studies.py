@@ -136,3 +136,19 @@ def test_record_configs_writes_measured_configs(tmp_path):
     data = json.loads(out.read_text())
     assert data["key"] == "matmul(M=16,N=16,K=16)" and len(data["records"]) == 6
     assert all(r["gflops"] is None or r["gflops"] > 0 for r in data["records"])
+
+
+def test_transfer_quick(tmp_path):
+    rows = run_quick("transfer.py", tmp_path)
+    assert [r["mode"] for r in rows] == ["cold", "warm", "warm-model", "enqueue"]
+    cold = rows[0]
+    # The cold study reaches 90 % of its own best; 8 source configs were moved into the space.
+    assert cold["trials_to_90pct_cold"] != "" and int(cold["trials_to_90pct_cold"]) <= 16
+    assert rows[3]["enqueued"] == "8"
+    for row in rows:
+        assert float(row["best@16"]) > 0 and float(row["wall_s"]) > 0
+    with open(tmp_path / "transfer_curves.csv") as f:
+        assert len(list(csv.DictReader(f))) == 4 * 16
+    table = (tmp_path / "transfer_summary.md").read_text()
+    assert table.count("| matmul-shape |") == 4
+    assert (tmp_path / "transfer.png").stat().st_size > 0

@@ -1,0 +1,286 @@
+"""Transfer: does a study warm-started from prior studies find fast kernels in fewer trials?
+
+For each pair, the learned sampler tunes the target three ways, seed by seed, side by side:
+
+- ``cold``: no prior (the default sampler);
+- ``warm``: ``CostModelSampler(source_studies=...)`` over the sources' learned-sampler studies
+  (all their seeds), read from their own storage and never copied;
+- ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
+  best configs do not start annealing chains;
+- ``enqueue``: cold, after Optuna's simple alternative: the sources' 8 best configs enqueued
+  as the first trials. Tile splits of another shape are rarely in the target's space (none of
+  C12's best is in C7's), so each is moved to the target's nearest split; configs of another
+  operator have other knobs, so it runs for the pairs within conv2d.
+
+Pairs: across shapes, ResNet-18 C12 → C7 (the replication report's experiment) and
+leave-one-out over the ResNet-18 layers we tune (C2, C7, C12); across operators, matmul and
+dense → batch_matmul (BERT attention) and conv2d → depthwise conv2d (MobileNet).
+
+Sources are the learned-sampler studies of ``sample_efficiency.py`` (``--sources``, its
+SQLite file); missing ones are run first. Targets go to ``--work`` (default
+``studies/work/transfer.db``); finished studies are skipped on a second run. Writes under
+``--out`` (default ``studies/results/``):
+
+- ``transfer.csv``: per pair, mode and seed: best GFLOP/s at 16 / 32 / 64 trials, trials to
+  reach 90 % of the cold study's best at 64 (same seed), wall seconds;
+- ``transfer_curves.csv``: best-so-far per trial; ``transfer.png``: the curves;
+- ``transfer_summary.md``: medians over seeds and the speed-up in trials.
+
+    python studies/transfer.py                      # every pair, seeds 0-2, 64 trials
+    python studies/transfer.py --pairs c12-to-c7 --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import optuna
+import sample_efficiency as se
+from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
+
+import tensortune
+from tensortune.sampler.history import trial_config
+from tensortune.sampler.transfer import project_config
+from tensortune.storage import create_study, open_storage
+from tensortune.target import target_spec
+from tensortune.templates import CpuTemplate
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: pair → (target label, source labels, whether to run the enqueue baseline).
+PAIRS = {
+    "c12-to-c7": ("resnet18-c7", ("resnet18-c12",), True),
+    "loo-c2": ("resnet18-c2", ("resnet18-c7", "resnet18-c12"), True),
+    "loo-c7": ("resnet18-c7", ("resnet18-c2", "resnet18-c12"), False),
+    "loo-c12": ("resnet18-c12", ("resnet18-c2", "resnet18-c7"), True),
+    "matmul-to-batch_matmul": ("bert-attention", ("matmul-1024", "bert-ffn"), False),
+    "conv2d-to-depthwise": ("mobilenet-dw", ("resnet18-c2", "resnet18-c7", "resnet18-c12"), False),
+}
+#: --quick: another matmul shape → matmul 128, 16 trials, one seed.
+QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
+QUICK_WORKLOADS = {"matmul-192x96x160": ("matmul", dict(M=192, N=96, K=160))}
+MODES = ("cold", "warm", "warm-model", "enqueue")
+CHECKPOINTS = (16, 32, 64)
+TRIALS = 64
+
+
+def workload_of(label: str) -> tensortune.Workload:
+    if label in QUICK_WORKLOADS:
+        op, shape = QUICK_WORKLOADS[label]
+        return tensortune.get_workload(op, **shape)
+    return se.workload_of(label)
+
+
+def source_studies(
+    labels: tuple[str, ...], seeds: list[int], trials: int, storage: str
+) -> list[optuna.Study]:
+    """The learned-sampler studies of `labels` in `storage`, run first where missing."""
+    out = []
+    for label in labels:
+        for seed in seeds:
+            name = se.study_name(label, "costmodel", seed, trials)
+            study = se.finished(storage, name)
+            if study is None:
+                print(f"source {name}: running it first", flush=True)
+                sampler = tensortune.CostModelSampler(seed=seed)
+                study = timed_tune(label, name, sampler, trials, storage, time.perf_counter())
+            out.append(study)
+    return out
+
+
+def best_configs(sources: list[optuna.Study], target: str, n: int = 8) -> list[dict]:
+    """The sources' best configs moved into `target`'s space, best first (see
+    `tensortune.sampler.transfer.project_config`)."""
+    knobs = CpuTemplate(workload_of(target)).knobs
+    trials = [t for s in sources for t in s.trials if t.value is not None]
+    out: list[dict] = []
+    for trial in sorted(trials, key=lambda t: -t.value):
+        config = project_config(trial_config(trial), knobs)
+        if config is not None and config not in out:
+            out.append(config)
+        if len(out) == n:
+            break
+    return out
+
+
+def run_target(
+    pair: str, target: str, mode: str, seed: int, trials: int, sources: list, storage: str
+) -> optuna.Study:
+    # Cold studies depend on the target only: pairs with one target share them.
+    name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
+    study = se.finished(storage, name)
+    if study is not None:
+        return study
+    sampler = tensortune.CostModelSampler(
+        seed=seed,
+        source_studies=sources if mode.startswith("warm") else (),
+        source_starts=0 if mode == "warm-model" else 16,
+    )
+    start = time.perf_counter()
+    if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes
+        workload, spec = workload_of(target), target_spec("llvm")
+        study = create_study(open_storage(storage), name, workload, spec, None, sampler)
+        configs = best_configs(sources, target)
+        for config in configs:
+            study.enqueue_trial(config)
+        study.set_user_attr("bench:enqueued", len(configs))
+    return timed_tune(target, name, sampler, trials, storage, start)
+
+
+def timed_tune(
+    label: str,
+    name: str,
+    sampler: optuna.samplers.BaseSampler,
+    trials: int,
+    storage: str,
+    start: float,
+) -> optuna.Study:
+    """Tune `label` for `trials` with the study settings, recording seconds since `start`."""
+    study = tensortune.tune(
+        workload_of(label),
+        n_trials=trials,
+        storage=storage,
+        study_name=name,
+        sampler=sampler,
+        settings=se.SETTINGS,
+        show_progress=False,
+    )
+    study.set_user_attr(se.DONE, time.perf_counter() - start)
+    return study
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="matmul shapes, 16 trials, seed 0, a temporary --work"
+    )
+    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--sources", default=os.path.join(HERE, "work", "sample_efficiency.db"))
+    parser.add_argument("--work", default=os.path.join(HERE, "work", "transfer.db"))
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    pairs = {p: PAIRS[p] for p in args.pairs}
+    trials, seeds, source_seeds = TRIALS, args.seeds, [0, 1, 2]
+    if args.quick:
+        pairs, trials, seeds, source_seeds = QUICK_PAIRS, 16, [0], [0]
+        args.work = args.sources = os.path.join(tempfile.mkdtemp(), "transfer.db")
+    os.makedirs(os.path.dirname(os.path.abspath(args.work)), exist_ok=True)
+    source_url, storage = f"sqlite:///{args.sources}", f"sqlite:///{args.work}"
+    rows, curves = [], []
+    for seed in seeds:
+        for pair, (target, source_labels, enqueue) in pairs.items():
+            sources = source_studies(source_labels, source_seeds, trials, source_url)
+            studies = {}
+            for mode in ("cold", "warm", "warm-model", "enqueue")[: 4 if enqueue else 3]:
+                studies[mode] = run_target(pair, target, mode, seed, trials, sources, storage)
+                print(f"{pair} {mode} s{seed}: {studies[mode].best_value:.1f} GFLOP/s", flush=True)
+            pair_rows, pair_curves = summarize(pair, target, seed, studies)
+            rows += pair_rows
+            curves += pair_curves
+    write_csv(os.path.join(args.out, "transfer.csv"), rows)
+    write_csv(os.path.join(args.out, "transfer_curves.csv"), curves)
+    report(args.out, trials)
+
+
+def summarize(
+    pair: str, target: str, seed: int, studies: dict[str, optuna.Study]
+) -> tuple[list[dict], list[dict]]:
+    curves = {m: best_so_far(s, pair=pair, mode=m, seed=seed) for m, s in studies.items()}
+    cold_best = curves["cold"][-1]["best_gflops"]
+    rows = []
+    for mode, curve in curves.items():
+        attrs = studies[mode].user_attrs
+        row = {"pair": pair, "target": target, "mode": mode, "seed": seed}
+        for n in CHECKPOINTS:
+            row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1) if n <= len(curve) else ""
+        row["trials_to_90pct_cold"] = se.trials_to(curve, 0.9 * cold_best)
+        row["enqueued"] = attrs.get("bench:enqueued", "")
+        vendor = attrs.get("vendor_gflops")  # the enqueue studies measure none
+        row["vendor_gflops"] = round(vendor, 1) if vendor else ""
+        row["wall_s"] = round(attrs[se.DONE], 1)
+        rows.append(row)
+    return rows, [c for curve in curves.values() for c in curve]
+
+
+def report(out: str, trials: int = TRIALS) -> None:
+    """``transfer_summary.md`` and ``transfer.png`` from the CSVs in `out` (studies of
+    `trials` trials)."""
+
+    def _trials(value: str) -> int:  # an unreached level counts as one past the budget
+        return int(value) if value else trials + 1
+
+    rows = read_csv(os.path.join(out, "transfer.csv"))
+    lines = [
+        "| pair | mode | best @16 | @32 | @64 (GFLOP/s) | trials to 90 % of cold best "
+        "| cold ÷ this (×) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pair in dict.fromkeys(r["pair"] for r in rows):
+        for mode in MODES:
+            these = [r for r in rows if r["pair"] == pair and r["mode"] == mode]
+            if not these:
+                continue
+            colds = {r["seed"]: r for r in rows if r["pair"] == pair and r["mode"] == "cold"}
+            speedups = [
+                _trials(colds[r["seed"]]["trials_to_90pct_cold"])
+                / _trials(r["trials_to_90pct_cold"])
+                for r in these
+            ]
+            med = [
+                f"{statistics.median(float(r[f'best@{n}']) for r in these):.0f}"
+                if all(r[f"best@{n}"] for r in these)
+                else "–"
+                for n in CHECKPOINTS
+            ]
+            needed = statistics.median(_trials(r["trials_to_90pct_cold"]) for r in these)
+            shown = f">{trials}" if needed > trials else f"{needed:g}"
+            lines.append(
+                f"| {pair} | {mode} | {med[0]} | {med[1]} | {med[2]} | {shown} "
+                f"| {statistics.median(speedups):.2f} |"
+            )
+    seeds = sorted({r["seed"] for r in rows})
+    lines.append("")
+    lines.append(
+        f"Medians over seeds {', '.join(seeds)}. A level not reached within {trials} trials "
+        f"counts as {trials + 1}, so a speed-up against it is a lower bound."
+    )
+    with open(os.path.join(out, "transfer_summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    _plot(out)
+
+
+def _plot(out: str) -> None:
+    plt = pyplot()
+    if plt is None:
+        return
+    curves = read_csv(os.path.join(out, "transfer_curves.csv"))
+    targets = {r["pair"]: r["target"] for r in read_csv(os.path.join(out, "transfer.csv"))}
+    pairs = list(targets)
+    fig, axes = plt.subplots(2, (len(pairs) + 1) // 2, figsize=(4.2 * ((len(pairs) + 1) // 2), 7))
+    for ax, pair in zip(axes.flat, pairs, strict=False):
+        for mode in MODES:
+            by_seed: dict[str, list[float]] = {}
+            for c in curves:
+                if c["pair"] == pair and c["mode"] == mode:
+                    by_seed.setdefault(c["seed"], []).append(float(c["best_gflops"]))
+            if not by_seed:
+                continue
+            n = min(len(v) for v in by_seed.values())
+            x = list(range(1, n + 1))
+            draw_band(ax, x, [[v[i] for v in by_seed.values()] for i in range(n)], mode, 0.15)
+        ax.set_title(f"{pair} (target {targets[pair]})", fontsize=9)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOP/s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "transfer.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()
