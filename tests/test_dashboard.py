@@ -16,7 +16,7 @@ import pytest
 
 import tensortune
 from tensortune.cli import main
-from tensortune.dashboard import PROGRESS_PLOT_ID
+from tensortune.dashboard import KERNEL_CODE, KERNEL_TIR, PROGRESS_PLOT_ID
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -87,6 +87,24 @@ def test_api_has_note_plot_and_trial_attrs(served):
     complete = [t for t in study["trials"] if t["state"] == "Complete"]
     keys = {a["key"] for a in complete[0]["user_attrs"]}
     assert {"gflops", "vendor_ratio", "compile_s"} <= keys
+
+
+def test_best_kernel_code_is_an_artifact_of_the_best_trial(served):
+    base, _, _ = served
+    with urllib.request.urlopen(f"{base}/api/studies/1", timeout=10) as response:
+        study = json.load(response)
+    complete = [t for t in study["trials"] if t["state"] == "Complete"]
+    best = max(complete, key=lambda t: t["values"][0])
+    names = {a["filename"]: a for a in best["artifacts"]}
+    assert set(names) == {KERNEL_TIR, KERNEL_CODE}, names
+    url = f"{base}/artifacts/1/{best['trial_id']}/{names[KERNEL_TIR]['artifact_id']}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        tir = response.read().decode()
+    assert "T.prim_func" in tir and "for " in tir, tir[:500]
+    url = f"{base}/artifacts/1/{best['trial_id']}/{names[KERNEL_CODE]['artifact_id']}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        code = response.read().decode()
+    assert "__tvm_ffi_main:" in code and "\tret" in code, code[:500]  # assembly of the kernel
 
 
 def test_chromium_renders_trials_attrs_and_plot(served):

@@ -12,7 +12,7 @@ times one schedule (`tensortune.measure`) and lands in Optuna storage.
 
 from tensortune.errors import TensortuneError
 from tensortune.export import export_best, load_kernel
-from tensortune.measure import MeasureSettings
+from tensortune.measure import MeasureSettings, RpcDevice
 from tensortune.sampler import CostModelSampler
 from tensortune.templates import CpuTemplate
 from tensortune.tuning import Objective, make_sampler, tune
@@ -25,6 +25,7 @@ __all__ = [
     "CpuTemplate",
     "MeasureSettings",
     "Objective",
+    "RpcDevice",
     "TensortuneError",
     "Workload",
     "export_best",

@@ -6,10 +6,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS, make_sampler
+
+if TYPE_CHECKING:
+    from tensortune.measure import RpcDevice
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,7 +81,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--build-timeout", type=float, default=60.0, help="seconds (default 60)")
     tune.add_argument("--run-timeout", type=float, default=20.0, help="seconds (default 20)")
+    tune.add_argument(
+        "--rpc-tracker",
+        default=None,
+        metavar="HOST:PORT",
+        help="time on a device of this TVM RPC tracker (with --device-key; give --target for "
+        "the device) instead of this machine (default: this machine)",
+    )
+    tune.add_argument(
+        "--device-key", default=None, metavar="KEY", help="key the device's RPC servers use"
+    )
+    tune.add_argument(
+        "--device-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --rpc-tracker: how long to wait for a free device before failing a trial "
+        "(default 60)",
+    )
     tune.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    tune.add_argument(
+        "--artifact-dir",
+        default=None,
+        help="folder of the best kernels' TIR and code, shown as optuna-dashboard artifacts "
+        "(default: NAME-artifacts beside a SQLite --storage; none for a server storage)",
+    )
 
     best = sub.add_parser("best", help="print a study's best config and its numbers")
     best.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
@@ -95,6 +123,12 @@ def _parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
     dash.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    dash.add_argument(
+        "--artifact-dir",
+        default=None,
+        help="folder of the best kernels' TIR and code, shown as optuna-dashboard artifacts "
+        "(default: NAME-artifacts beside a SQLite --storage; none for a server storage)",
+    )
 
     sub.add_parser("workloads", help="list registered workloads and shape presets")
     return parser
@@ -125,6 +159,7 @@ def _tune(args: argparse.Namespace) -> None:
     from tensortune.workloads import parse_shape
 
     workload = parse_shape(args.workload, args.shape)
+    device = _rpc_device(args)
     sources = []
     if args.transfer_from:
         source_db = open_storage(args.transfer_storage or args.storage, must_exist=True)
@@ -153,8 +188,21 @@ def _tune(args: argparse.Namespace) -> None:
         settings=settings,
         batch_size=args.batch_size,
         show_progress=not args.no_progress,
+        artifact_dir=args.artifact_dir,
+        device=device,
     )
     _print_summary(best_summary(study))
+
+
+def _rpc_device(args: argparse.Namespace) -> RpcDevice | None:
+    """The device of --rpc-tracker and --device-key (both or neither), or None."""
+    from tensortune.measure import RpcDevice
+
+    if args.rpc_tracker is None and args.device_key is None:
+        return None
+    if args.rpc_tracker is None or args.device_key is None:
+        raise TensortuneError("--rpc-tracker and --device-key go together: give both or neither")
+    return RpcDevice(args.rpc_tracker, args.device_key, wait_for_device=args.device_wait)
 
 
 def _best(args: argparse.Namespace) -> None:
@@ -180,7 +228,7 @@ def _dashboard(args: argparse.Namespace) -> None:
 
     print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
     try:
-        serve(args.storage, args.host, args.port)
+        serve(args.storage, args.host, args.port, args.artifact_dir)
     except OSError as err:  # the port is taken, or the host is not this machine's
         raise TensortuneError(f"cannot serve on {args.host}:{args.port}: {err}") from None
     except KeyboardInterrupt:

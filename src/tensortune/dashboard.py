@@ -1,12 +1,17 @@
-"""What optuna-dashboard shows of a tuning study: a note and a live progress plot.
+"""What optuna-dashboard shows of a tuning study: a note, a live progress plot, and the best
+kernel's TIR and generated code as artifacts.
 
-Both are stored in the study itself (optuna-dashboard keeps them as system attrs), so any
-storage a dashboard can open shows them, and a resumed study updates them in place.
+The note and the plot are stored in the study itself (optuna-dashboard keeps them as system
+attrs), so any storage a dashboard can open shows them, and a resumed study updates them in
+place. Artifact files live in a folder (`optuna.artifacts.FileSystemArtifactStore`) that the
+dashboard is pointed at; the storage records which trial each belongs to.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -17,6 +22,9 @@ if TYPE_CHECKING:
 
 #: The progress plot's id: saving under the same id replaces it, so it stays current.
 PROGRESS_PLOT_ID = "tensortune-progress"
+
+#: File names of the best kernel's artifacts: its scheduled TIR and the code TVM generated.
+KERNEL_TIR, KERNEL_CODE = "kernel_tir.py", "kernel_code.txt"
 
 
 def study_note(study: optuna.Study, sampler: optuna.samplers.BaseSampler) -> str:
@@ -104,7 +112,69 @@ def publish_progress(study: optuna.Study) -> None:
     save_plotly_graph_object(study, progress_figure(study), graph_object_id=PROGRESS_PLOT_ID)
 
 
-def serve(storage: str, host: str = "127.0.0.1", port: int = 8080) -> None:
+def default_artifact_dir(storage: str | None) -> str | None:
+    """Where a study's artifacts go unless told: ``<name>-artifacts`` beside a SQLite file
+    (``tensortune-artifacts`` for the default ``tensortune.db``); None for a server storage,
+    whose workers may not share a folder."""
+    from tensortune.storage import DEFAULT_STORAGE
+
+    url = storage or DEFAULT_STORAGE
+    if not url.startswith("sqlite:///"):
+        return None
+    return os.path.splitext(url.removeprefix("sqlite:///"))[0] + "-artifacts"
+
+
+def artifact_store(folder: str) -> optuna.artifacts.FileSystemArtifactStore:
+    """A file-system artifact store in `folder`, created if missing."""
+    from tensortune.errors import TensortuneError
+
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise TensortuneError(f"cannot use artifact folder {folder}: {err}") from None
+    return optuna.artifacts.FileSystemArtifactStore(folder)
+
+
+def kernel_sources(template: Any, config: dict[str, Any], target: dict[str, Any]) -> dict[str, str]:
+    """File name → text of `config`'s scheduled TIR and of the code TVM generates for it
+    (assembly for llvm; the device source, e.g. CUDA C, for a GPU target)."""
+    import tvm
+
+    sch = template.apply(config)
+    module = tvm.compile(sch.mod, target=tvm.target.Target(target)).mod
+    code = module.inspect_source("asm") if target.get("kind") == "llvm" else ""
+    if not code and module.imports:
+        code = module.imports[0].inspect_source()
+    return {KERNEL_TIR: sch.mod.script(), KERNEL_CODE: code}
+
+
+def publish_kernel(
+    trial: optuna.Trial,
+    template: Any,
+    target: dict[str, Any],
+    store: optuna.artifacts.FileSystemArtifactStore,
+) -> None:
+    """Attach `trial`'s TIR and generated code to it as artifacts.
+
+    Call it before the trial is told (Optuna refuses artifacts on finished trials), for a
+    trial about to become the study's best, so that every best kernel carries its code.
+    """
+    from optuna.artifacts import upload_artifact
+
+    sources = kernel_sources(template, dict(trial.params), target)
+    with tempfile.TemporaryDirectory(prefix="tensortune-kernel-") as folder:
+        for name, text in sources.items():
+            path = os.path.join(folder, name)
+            with open(path, "w") as f:
+                f.write(text)
+            upload_artifact(
+                artifact_store=store, file_path=path, study_or_trial=trial, mimetype="text/plain"
+            )
+
+
+def serve(
+    storage: str, host: str = "127.0.0.1", port: int = 8080, artifact_dir: str | None = None
+) -> None:
     """Run optuna-dashboard on `storage` until interrupted.
 
     Args:
@@ -112,9 +182,13 @@ def serve(storage: str, host: str = "127.0.0.1", port: int = 8080) -> None:
         host: Address to listen on. Default ``"127.0.0.1"``: this machine only; give
             ``"0.0.0.0"`` to share it.
         port: Port. Default 8080, optuna-dashboard's.
+        artifact_dir: Folder of the studies' artifacts (the best kernels' code). Default None:
+            `default_artifact_dir` of `storage`; none for a server storage.
     """
     from optuna_dashboard import run_server
 
     from tensortune.storage import open_storage
 
-    run_server(open_storage(storage, must_exist=True), host=host, port=port)
+    folder = artifact_dir or default_artifact_dir(storage)
+    store = artifact_store(folder) if folder else None
+    run_server(open_storage(storage, must_exist=True), host=host, port=port, artifact_store=store)

@@ -3,15 +3,27 @@
 A study records what it tunes in its user attrs, so that a resumed or exported study rebuilds
 exactly the same program: ``workload`` (key), ``workload_name``, ``shape``, ``target``,
 ``flop_count`` and, once measured, ``vendor_library`` / ``vendor_seconds`` / ``vendor_gflops``.
+
+Workers that tune one study keep their running trials alive with Optuna's heartbeat
+(`TrialHeartbeats`); a trial whose worker was killed stops beating and is failed as stale by
+the next worker (`fail_stale_trials`), which marks it in the study's system attrs
+(``tensortune:stale:<number>``) so that its config counts as never measured.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import os
+import re
+import threading
+import warnings
+from types import TracebackType
 from typing import Any
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 
 from tensortune.errors import TensortuneError
 from tensortune.workloads import Workload, get_workload
@@ -19,14 +31,62 @@ from tensortune.workloads import Workload, get_workload
 #: Where studies go unless the user says otherwise: a SQLite file in the working directory.
 DEFAULT_STORAGE = "sqlite:///tensortune.db"
 
+#: Seconds between two heartbeats of a running trial. Default 30: one small write per worker
+#: and interval, negligible next to a batch that takes seconds to minutes.
+HEARTBEAT_INTERVAL = 30
+#: Seconds without a heartbeat after which another worker fails a trial as stale. Default 300:
+#: a live worker would have to miss ten beats in a row (storage unreachable, machine
+#: suspended), while a killed worker's configs are free again within five minutes.
+GRACE_PERIOD = 300
+#: Environment variables that override `HEARTBEAT_INTERVAL` and `GRACE_PERIOD` (positive
+#: integer seconds), e.g. for tests that kill a worker and cannot wait five minutes.
+HEARTBEAT_INTERVAL_ENV = "TENSORTUNE_HEARTBEAT_INTERVAL"
+GRACE_PERIOD_ENV = "TENSORTUNE_GRACE_PERIOD"
 
-def open_storage(url: str | None, must_exist: bool = False) -> optuna.storages.BaseStorage:
+_log = logging.getLogger(__name__)
+
+
+def heartbeat_settings() -> tuple[int, int]:
+    """``(interval, grace period)`` in seconds: `HEARTBEAT_INTERVAL` and `GRACE_PERIOD`, or
+    the environment's `HEARTBEAT_INTERVAL_ENV` and `GRACE_PERIOD_ENV` where set."""
+    values = []
+    for name, default in (
+        (HEARTBEAT_INTERVAL_ENV, HEARTBEAT_INTERVAL),
+        (GRACE_PERIOD_ENV, GRACE_PERIOD),
+    ):
+        text = os.environ.get(name, "").strip()
+        try:
+            value = int(text) if text else default
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise TensortuneError(f"{name} must be a positive number of seconds, got {text!r}")
+        values.append(value)
+    interval, grace = values
+    if grace <= interval:  # a live trial would go stale between two of its beats
+        raise TensortuneError(
+            f"the grace period ({grace} s) must be longer than the heartbeat interval "
+            f"({interval} s); see {GRACE_PERIOD_ENV} and {HEARTBEAT_INTERVAL_ENV}"
+        )
+    return interval, grace
+
+
+def open_storage(
+    url: str | None, must_exist: bool = False, heartbeat: bool = False
+) -> optuna.storages.BaseStorage:
     """Open an Optuna storage URL (SQLite, PostgreSQL, MySQL, ...).
 
     Args:
-        url: An SQLAlchemy URL. Default `DEFAULT_STORAGE`.
+        url: An SQLAlchemy URL. Default `DEFAULT_STORAGE`. A ``postgresql://`` URL that names
+            no driver uses psycopg2 when it is installed (``pip install 'tensortune[postgres]'``).
         must_exist: Refuse to create a SQLite file that is not there yet (for commands that
             only read). Default False.
+        heartbeat: Enable Optuna's heartbeat, for a storage that runs trials: every
+            `heartbeat_settings()[0]` seconds a running trial records that its worker lives
+            (`TrialHeartbeats` in ask/tell loops; ``study.optimize`` by itself), and a trial
+            silent for the grace period is failed by `fail_stale_trials` and marked stale.
+            Default False: readers need none, and Optuna warns at every ``study.ask`` outside
+            ``study.optimize`` on such a storage.
     """
     url = url or DEFAULT_STORAGE
     if "://" not in url:
@@ -37,16 +97,156 @@ def open_storage(url: str | None, must_exist: bool = False) -> optuna.storages.B
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if must_exist and not os.path.isfile(path):
-            raise TensortuneError(f"no storage at {url}: {path} does not exist")
+            raise TensortuneError(f"no storage at {_shown(url)}: {_shown(path)} does not exist")
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
-            raise TensortuneError(f"cannot open storage {url}: folder {folder} does not exist")
+            raise TensortuneError(
+                f"cannot open storage {_shown(url)}: folder {_shown(folder)} does not exist"
+            )
+    shown, url = url, _with_postgres_driver(url)
+    options: dict[str, Any] = {}
+    if heartbeat:
+        interval, grace = heartbeat_settings()
+        options = {
+            "heartbeat_interval": interval,
+            "grace_period": grace,
+            "heartbeat_stale_trial_callback": _mark_stale,
+        }
     try:
-        return optuna.storages.RDBStorage(url)
+        with warnings.catch_warnings():
+            # Optuna flags heartbeats as experimental; they are what lets workers die safely.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, **options)
     except Exception as err:
         lines = [line for line in str(err).splitlines() if line.strip()]
         reason = lines[0].strip() if lines else type(err).__name__
-        raise TensortuneError(f"cannot open storage {url}: {reason}") from None
+        if isinstance(err, ImportError) and shown.startswith(
+            ("postgresql://", "postgresql+psycopg2")
+        ):
+            reason = f"{reason.rstrip('.')}; pip install 'tensortune[postgres]' installs psycopg2"
+        raise TensortuneError(f"cannot open storage {_shown(shown)}: {reason}") from None
+
+
+def _shown(text: str) -> str:
+    """A URL or path for an error message: a password hidden, and quoted when it holds
+    characters that are not printable (a newline would break the one-line message)."""
+    text = re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", text)
+    return text if text.isprintable() else repr(text)
+
+
+def _with_postgres_driver(url: str) -> str:
+    """`url`, a driverless ``postgresql://`` one naming psycopg2 when that is installed.
+
+    SQLAlchemy 2.1 made psycopg 3 the default driver of ``postgresql://``, while
+    ``tensortune[postgres]`` installs psycopg2 (every SQLAlchemy release supports it); a URL
+    naming its driver, ``postgresql+psycopg://`` say, is kept as it is.
+    """
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
+
+
+def _mark_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """Optuna's stale-trial callback: record on the study that `trial` was failed because its
+    heartbeat stopped, not by a measurement (`tensortune.sampler.history.is_abandoned`)."""
+    from tensortune.sampler.history import STALE_ATTR_PREFIX
+
+    # The trial is FAIL already and Optuna refuses attrs on a finished trial: the study keeps
+    # the mark, one key per trial so that workers marking at once never overwrite each other.
+    study._storage.set_study_system_attr(
+        study._study_id, f"{STALE_ATTR_PREFIX}{trial.number}", "heartbeat stopped"
+    )
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail the study's RUNNING trials whose heartbeat stopped longer than the grace period ago
+    (their worker was killed) and mark them stale, so their configs are free again.
+
+    `tensortune.tune` calls it before every batch, as ``study.optimize`` does before every
+    trial. Nothing happens on a storage without heartbeat (`open_storage`'s ``heartbeat``).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+class TrialHeartbeats:
+    """Heartbeats of the trials an ask/tell loop has in flight, recorded on one small thread.
+
+    Optuna records heartbeats only inside ``study.optimize`` (a thread per trial); `tune`
+    asks and tells whole batches, so it asks through `ask`, which records a first heartbeat at
+    once (Optuna never fails a trial that has none) and keeps beating for the trial until
+    `clear`. Use it as a context manager, or `close` it, to stop the thread. On a storage
+    without heartbeat it only asks.
+
+    Args:
+        study: The study whose trials to keep alive.
+    """
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.study = study
+        storage = study._storage
+        self._storage = storage if is_heartbeat_enabled(storage) else None
+        self._trial_ids: list[int] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> TrialHeartbeats:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def ask(self) -> optuna.Trial:
+        """``study.ask()``, the new trial kept alive until `clear`."""
+        with warnings.catch_warnings():
+            # Optuna warns that heartbeats are meant for study.optimize: this class is the
+            # part of study.optimize that an ask/tell loop lacks.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
+            trial = self.study.ask()
+        if self._storage is not None:
+            assert isinstance(self._storage, BaseHeartbeat)
+            self._storage.record_heartbeat(trial._trial_id)
+            with self._lock:
+                self._trial_ids.append(trial._trial_id)
+            if self._thread is None:
+                self._stop.clear()  # asked again after `close`
+                self._thread = threading.Thread(
+                    target=self._beat, name="tensortune-heartbeat", daemon=True
+                )
+                self._thread.start()
+        return trial
+
+    def clear(self) -> None:
+        """Stop beating for the trials asked so far (call it once they are told)."""
+        with self._lock:
+            self._trial_ids.clear()
+
+    def close(self) -> None:
+        """Stop the thread; the trials still in flight then go stale after the grace period."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _beat(self) -> None:
+        assert isinstance(self._storage, BaseHeartbeat)
+        interval = self._storage.get_heartbeat_interval()
+        assert interval is not None
+        while not self._stop.wait(interval):
+            with self._lock:
+                trial_ids = list(self._trial_ids)
+            for trial_id in trial_ids:
+                try:
+                    self._storage.record_heartbeat(trial_id)
+                except Exception as err:  # a storage hiccup: the next beat tries again
+                    _log.warning("heartbeat of trial %d not recorded: %s", trial_id, err)
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> list[str]:

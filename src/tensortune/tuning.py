@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import optuna
 
-from tensortune.dashboard import publish_note, publish_progress
+from tensortune.dashboard import (
+    artifact_store,
+    default_artifact_dir,
+    publish_kernel,
+    publish_note,
+    publish_progress,
+)
 from tensortune.errors import TensortuneError
-from tensortune.measure import Measurer, MeasureResult, MeasureSettings
+from tensortune.measure import Measurer, MeasureResult, MeasureSettings, RpcDevice
 from tensortune.sampler.transfer import check_sources
-from tensortune.storage import create_study, find_study, open_storage, target_key
+from tensortune.storage import (
+    TrialHeartbeats,
+    create_study,
+    fail_stale_trials,
+    find_study,
+    open_storage,
+    target_key,
+)
 from tensortune.target import describe, target_spec
 from tensortune.templates import CpuTemplate, InvalidConfig
 from tensortune.workloads import Workload, get_workload
@@ -42,6 +56,9 @@ class Objective:
         vendor_gflops: The vendor library's GFLOP/s, for ``vendor_ratio``. Default None.
         template: Knobs → schedule; anything with the methods of `CpuTemplate` (``workload``,
             ``suggest``, ``apply``). Default None: ``CpuTemplate(workload)``.
+        device: Time candidates on this device of a TVM RPC tracker (they are still built
+            here, for `target`, which should then describe that device). Default None: time
+            on this machine.
     """
 
     def __init__(
@@ -51,11 +68,12 @@ class Objective:
         settings: MeasureSettings | None = None,
         vendor_gflops: float | None = None,
         template: CpuTemplate | None = None,
+        device: RpcDevice | None = None,
     ) -> None:
         self.workload = workload
         self.target = target_spec(target)
         self.template = template if template is not None else CpuTemplate(workload)
-        self.measurer = Measurer(self.template, self.target, settings)
+        self.measurer = Measurer(self.template, self.target, settings, device)
         self.vendor_gflops = vendor_gflops
 
     def __enter__(self) -> Objective:
@@ -192,6 +210,8 @@ def tune(
     batch_size: int = 8,
     show_progress: bool = True,
     template: CpuTemplate | None = None,
+    artifact_dir: str | None = None,
+    device: RpcDevice | None = None,
 ) -> optuna.Study:
     """Tune `workload` on `target` for `n_trials` more trials; returns the Optuna study.
 
@@ -203,8 +223,11 @@ def tune(
         n_trials: Trials to run now (a resumed study keeps its earlier ones). Default 64.
         shape: Shape parameters when `workload` is a name. Default None.
         storage: Optuna storage URL. Default ``sqlite:///tensortune.db`` in the working folder.
+            Running trials record a heartbeat there, and trials of killed workers on the
+            study are failed as stale before each batch (`tensortune.storage.TrialHeartbeats`).
         study_name: Default ``"<workload key>@<target>"``, e.g.
-            ``"matmul(M=64,N=64,K=64)@llvm-znver4"``.
+            ``"matmul(M=64,N=64,K=64)@llvm-znver4"``, with ``"@<device key>"`` appended when
+            timing on a remote `device` (its timings are not this machine's).
         sampler: An Optuna sampler, or a name from `SAMPLERS` (see `make_sampler`). Default
             ``"costmodel"``: `tensortune.CostModelSampler`, the learned search. A sampler with
             ``source_studies`` has them checked before the study is created or resumed, and
@@ -216,6 +239,18 @@ def tune(
             study's note (workload, target, vendor, sampler settings) and a best-so-far plot
             that is updated after every batch, whatever this says.
         template: Knobs → schedule (see `Objective`). Default None: ``CpuTemplate(workload)``.
+        artifact_dir: Folder where the best kernel's TIR and generated code are kept as
+            optuna-dashboard artifacts of its trial, refreshed whenever the best changes.
+            Default None: ``<name>-artifacts`` beside a SQLite file (see
+            `tensortune.dashboard.default_artifact_dir`); no artifacts with a server storage
+            unless a folder all workers share is given.
+        device: Time candidates on this device of a TVM RPC tracker, e.g.
+            ``RpcDevice("10.0.0.5:9190", "rasp4")``; they are built here for `target`, which
+            should describe that device. No vendor baseline is measured then (it would run on
+            this machine, not the device): the study has no ``vendor_gflops``. A trial the
+            device dies under fails (``failed_stage`` ``"run"``); later ones run on a device the
+            tracker hands out next, or fail with ``failed_stage`` ``"device"`` when none comes
+            within ``device.wait_for_device``. Default None: time on this machine.
     """
     if isinstance(workload, str):
         workload = get_workload(workload, **(shape or {}))
@@ -229,13 +264,15 @@ def tune(
             sampler or SAMPLERS[0], seed, template=template, batch_size=batch_size
         )
     name = study_name or default_study_name(workload, spec)
+    if study_name is None and device is not None:
+        name += f"@{device.key}"
     if not name.strip():
         raise TensortuneError("study name must not be empty")
     sources = list(getattr(sampler, "source_studies", ()))
     check_sources(sources, target_key(spec), name)  # before anything is written
-    db = open_storage(storage)
+    db = open_storage(storage, heartbeat=True)  # workers that die leave no trial RUNNING
     study = find_study(db, name, workload, spec)
-    with Objective(workload, spec, settings, template=template) as objective:
+    with Objective(workload, spec, settings, template=template, device=device) as objective:
         if study is None:
             vendor = objective.measurer.vendor_baseline()
             study = create_study(db, name, workload, spec, vendor, sampler)
@@ -245,20 +282,29 @@ def tune(
             study.set_user_attr("transfer_sources", [s.study_name for s in sources])
         publish_note(study, sampler)
         objective.vendor_gflops = study.user_attrs.get("vendor_gflops")
-        _run_batches(study, objective, n_trials, batch_size, show_progress)
+        folder = artifact_dir or default_artifact_dir(storage)
+        store = artifact_store(folder) if folder else None
+        _run_batches(study, objective, n_trials, batch_size, show_progress, store)
     return study
 
 
 def _run_batches(
-    study: optuna.Study, objective: Objective, n_trials: int, batch_size: int, show_progress: bool
+    study: optuna.Study,
+    objective: Objective,
+    n_trials: int,
+    batch_size: int,
+    show_progress: bool,
+    store: optuna.artifacts.FileSystemArtifactStore | None = None,
 ) -> None:
     from tqdm.auto import tqdm
 
     bar = tqdm(total=n_trials, disable=not show_progress, unit="trial", desc=study.study_name)
     start, done = time.perf_counter(), 0
+    heartbeats = TrialHeartbeats(study)  # what study.optimize would do for each trial
     try:
         while done < n_trials:
-            trials = [study.ask() for _ in range(min(batch_size, n_trials - done))]
+            fail_stale_trials(study)  # a killed worker's trials: FAIL, their configs free again
+            trials = [heartbeats.ask() for _ in range(min(batch_size, n_trials - done))]
             try:
                 values = objective.evaluate(trials)
             except BaseException:
@@ -266,11 +312,14 @@ def _run_batches(
                 for trial in trials:
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
+            if store is not None:
+                _publish_new_best(study, trials, values, objective, store)
             for trial, value in zip(trials, values, strict=True):
                 if math.isnan(value):
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 else:
                     study.tell(trial, value)
+            heartbeats.clear()
             done += len(trials)
             bar.update(len(trials))
             publish_progress(study)
@@ -280,7 +329,29 @@ def _run_batches(
                     best=f"{best:.1f} GFLOP/s", elapsed=f"{time.perf_counter() - start:.0f}s"
                 )
     finally:
+        heartbeats.close()
         bar.close()
+
+
+def _publish_new_best(
+    study: optuna.Study,
+    trials: Sequence[optuna.Trial],
+    values: Sequence[float],
+    objective: Objective,
+    store: optuna.artifacts.FileSystemArtifactStore,
+) -> None:
+    """Attach the kernel code of this batch's best trial, if it beats the study's best."""
+    measured = [(v, t) for t, v in zip(trials, values, strict=True) if not math.isnan(v)]
+    if not measured:
+        return
+    value, leader = max(measured, key=lambda pair: pair[0])
+    best = _best_value(study)
+    if best is not None and value <= best:
+        return
+    try:
+        publish_kernel(leader, objective.template, objective.target, store)
+    except Exception as err:  # the kernel was measured; losing its code listing is no reason
+        warnings.warn(f"could not save trial {leader.number}'s kernel code: {err}", stacklevel=2)
 
 
 def _best_value(study: optuna.Study) -> float | None:

@@ -22,13 +22,18 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from tensortune.measure import worker_tasks
+from tensortune.measure import remote, worker_tasks
+from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
 
 # Idle workers are recycled after this many tasks: TVM notes a slow leak in long-lived builders.
 _MAX_USES = 256
 _WARM_UP_TIMEOUT = 300.0
+# Beyond RpcDevice.wait_for_device, for the connect task's own watchdog: it fires only when an
+# RPC call without a timeout of its own hangs (a ping of a device that stopped answering, a
+# connect to a host that vanished from the network).
+_CONNECT_SLACK = 10.0
 
 
 @dataclasses.dataclass
@@ -38,7 +43,8 @@ class MeasureResult:
     Attributes:
         costs: Seconds per run, one per repeat; empty when the candidate failed.
         error: Why it failed (``None`` when it did not).
-        stage: Where it failed: ``"build"``, ``"run"``, ``"check"`` or ``"timeout"`` here;
+        stage: Where it failed: ``"build"``, ``"run"``, ``"check"`` or ``"timeout"`` here,
+            ``"device"`` when no remote device could be had to time it on;
             ``"invalid"`` when `tensortune.Objective` refuses the config before any build.
         compile_seconds: Time spent scheduling and compiling it (``nan`` if unknown).
         library: Path of the compiled kernel, while the measurer is open.
@@ -63,7 +69,8 @@ def _worker_env() -> None:
 
 
 class Measurer:
-    """Builds and times candidates of one template (and so one workload) on the host.
+    """Builds candidates of one template (and so one workload) on the host and times them there
+    or on a remote device.
 
     Use as a context manager (or call `close`) so that the worker processes and the temporary
     kernel files go away.
@@ -73,15 +80,24 @@ class Measurer:
             with ``workload`` and ``apply(config)`` that pickles.
         target: Target dict, as returned by `tensortune.target.target_spec`.
         settings: Build and timing settings. Default `MeasureSettings()`.
+        device: Time on this device of an RPC tracker instead of the host; `target` must
+            then describe that device. Default None: the host.
     """
 
     def __init__(
-        self, template: Any, target: dict[str, Any], settings: MeasureSettings | None = None
+        self,
+        template: Any,
+        target: dict[str, Any],
+        settings: MeasureSettings | None = None,
+        device: RpcDevice | None = None,
     ) -> None:
         self.template = template
         self.workload = template.workload
         self.target = target
         self.settings = settings or MeasureSettings()
+        self.device = device
+        # Why no device could be had in this batch; the rest of the batch fails without waiting.
+        self._device_error: str | None = None
         self._builders: Any = None
         self._runner: Any = None
         self._dir: str | None = None
@@ -140,9 +156,12 @@ class Measurer:
             )
             futures.append((future, path))
         results = [self._collect_build(future, path) for future, path in futures]
+        self._device_error = None
         for result in results:
-            if result.error is None:
+            if result.error is None and self.device is None:
                 self._time(result)
+            elif result.error is None:
+                self._time_remote(result)
         return results
 
     def _collect_build(self, future: Future, path: str) -> MeasureResult:
@@ -179,9 +198,53 @@ class Measurer:
         else:
             result.costs = outcome
 
+    def _time_remote(self, result: MeasureResult) -> None:
+        # The RPC calls run in the run worker too (see tensortune.measure.remote for why).
+        s, device = self.settings, self.device
+        assert result.library is not None and device is not None
+        if self._device_error is None:
+            try:
+                self._runner.send(
+                    remote.connect,
+                    (device, s.run_timeout),
+                    timeout=device.wait_for_device + _CONNECT_SLACK,
+                )
+                self._device_error = self._runner.recv()
+            except TimeoutError:
+                self._device_error = f"device {device} stopped answering"
+            except Exception as err:  # the worker died
+                self._device_error = f"cannot reach device {device}: {_last_line(err)}"
+                self._runner.kill()
+        if self._device_error is not None:
+            result.error, result.stage = self._device_error, "device"
+            return
+        args = (result.library, self.target["kind"], self.workload, s.number, s.repeat)
+        try:
+            self._runner.send(
+                remote.run,
+                (*args, s.min_repeat_ms, s.check_results, s.rtol, s.run_timeout),
+                timeout=s.run_timeout,
+            )
+            outcome = self._runner.recv()
+        except TimeoutError:
+            result.error, result.stage = f"run timed out after {s.run_timeout:g} s", "timeout"
+            return
+        except Exception as err:  # the session broke, or the remote raised
+            reason = _last_line(err).removeprefix(f"{remote.__name__}.SessionLost: ")
+            result.error, result.stage = f"run on {device} failed: {reason}", "run"
+            self._runner.kill()
+            return
+        if isinstance(outcome, str):
+            result.error, result.stage = outcome, "check"
+        else:
+            result.costs = outcome
+
     def vendor_baseline(self) -> tuple[str, float] | None:
         """(library, median seconds) of the vendor's kernel for this workload, timed in the run
-        worker like a candidate; None when no vendor library covers the operator."""
+        worker like a candidate; None when no vendor library covers the operator, and None
+        when timing on a remote device (the vendor library would run on the host)."""
+        if self.device is not None:
+            return None
         with self._lock:
             return self._vendor_baseline()
 

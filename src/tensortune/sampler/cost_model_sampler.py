@@ -19,7 +19,9 @@ from tensortune.sampler.history import (
     CONFIG_ATTR,
     PROPOSAL_ATTR,
     KnobSpace,
+    is_abandoned,
     read_history,
+    stale_trial_numbers,
     trial_config,
 )
 from tensortune.sampler.proposals import RoundSettings, propose_round
@@ -374,11 +376,12 @@ def _claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: dict[st
 
     Another process may have chosen the same config between this one reading the study and
     writing its claim. Each process writes, then checks, and chooses again on a match: of two
-    colliding claims, the one checked last sees the other, so both can't be kept."""
-    for other in study._storage.get_all_trials(study._study_id, deepcopy=False):
-        if other.number != trial.number and dict(trial_config(other)) == config:
-            return True
-    return False
+    colliding claims, the one checked last sees the other, so both can't be kept. A trial
+    failed as stale holds nothing: its config is free again."""
+    others = study._storage.get_all_trials(study._study_id, deepcopy=False)
+    others = [t for t in others if t.number != trial.number and dict(trial_config(t)) == config]
+    stale = stale_trial_numbers(study) if others else set()
+    return any(not is_abandoned(t, stale) for t in others)
 
 
 def _refuse_multi_objective(study: optuna.Study) -> None:

@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 CONFIG_ATTR = "tensortune:config"
 #: Trial system attr saying where a trial's config came from (startup / model / random share).
 PROPOSAL_ATTR = "tensortune:proposal"
+#: Study system attr key prefix, followed by a trial number, marking a trial Optuna failed
+#: because its heartbeat stopped (its worker was killed or lost the storage), written by
+#: `tensortune.storage.open_storage`'s stale-trial callback. The mark lives on the study because
+#: Optuna refuses attrs on a finished trial; the trial itself keeps only its FAIL state.
+STALE_ATTR_PREFIX = "tensortune:stale:"
 
 
 class KnobSpace:
@@ -52,6 +57,8 @@ class KnobSpace:
 class History:
     """Measured and pending configs of a study.
 
+    Trials failed as stale (see `is_abandoned`) are in none of these: they measured nothing.
+
     Attributes:
         configs: ``(n, m)`` indices of finished configs (completed or failed).
         values: Objective values of `configs`, oriented so that higher is better; NaN for failed.
@@ -78,6 +85,33 @@ def trial_config(trial: optuna.trial.FrozenTrial) -> Mapping[str, Any]:
     return trial.params
 
 
+def stale_trial_numbers(study: optuna.Study) -> set[int]:
+    """Numbers of the study's trials that Optuna failed as stale (`STALE_ATTR_PREFIX` marks),
+    read from the storage, not from a cache."""
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    return {
+        int(key.removeprefix(STALE_ATTR_PREFIX))
+        for key in attrs
+        if key.startswith(STALE_ATTR_PREFIX) and key.removeprefix(STALE_ATTR_PREFIX).isdigit()
+    }
+
+
+def is_abandoned(trial: optuna.trial.FrozenTrial, stale: set[int]) -> bool:
+    """Whether `trial` failed without a measurement, as stale or for want of a remote device
+    (``failed_stage`` ``"device"``): it holds no config and is no failure to learn from, so
+    its config may be proposed again.
+
+    Args:
+        trial: A trial of the study.
+        stale: The study's `stale_trial_numbers`.
+    """
+    # The mark is written after Optuna's FAIL; checking the state too means no mark can ever
+    # hide a measured result.
+    if trial.state != TrialState.FAIL:
+        return False
+    return trial.number in stale or trial.user_attrs.get("failed_stage") == "device"
+
+
 def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> History:
     """The study's trials as a `History` over `space`.
 
@@ -90,10 +124,15 @@ def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> 
     """
     finished_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     trials = study._get_trials(deepcopy=False, use_cache=not fresh)
+    # Only a FAIL can be stale: spare the storage a read while there is none.
+    has_failed = any(t.state == TrialState.FAIL for t in trials)
+    stale = stale_trial_numbers(study) if has_failed else set()
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     configs, values, taken = [], [], set()
     n_finished = 0
     for trial in trials:
+        if is_abandoned(trial, stale):
+            continue  # its worker died before measuring: the config is free again
         indices = space.encode(trial_config(trial))
         if trial.state in finished_states:
             n_finished += 1
