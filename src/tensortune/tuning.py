@@ -263,7 +263,7 @@ def tune(
         sampler = make_sampler(
             sampler or SAMPLERS[0], seed, template=template, batch_size=batch_size
         )
-    name = study_name or default_study_name(workload, spec)
+    name = default_study_name(workload, spec) if study_name is None else study_name
     if study_name is None and device is not None:
         name += f"@{device.key}"
     if not name.strip():

@@ -165,7 +165,9 @@ class CpuTemplate:
 
     # -- knobs → schedule --------------------------------------------------------------------
     def apply(self, config: Mapping[str, Any]) -> Schedule:
-        """The scheduled program for `config`; `InvalidConfig` if TVM refuses the combination."""
+        """The scheduled program for `config` (keys that are no knob are ignored); `ValueError`
+        for a missing knob or a value outside its space, `InvalidConfig` (a `ValueError`) if
+        TVM refuses the combination."""
         from tvm import s_tir
 
         config = self.check(config)
