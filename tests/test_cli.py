@@ -142,6 +142,10 @@ BAD_INPUTS = [
     (["tune", "matmul", "--shape", "4,4,4", "--storage", "nosuchdb://x"], "cannot open storage"),
     (["tune", "matmul", "--shape", "4,4,4", "--storage", "tensortune.db"], "malformed storage URL"),
     (["tune", "matmul", "--shape", "4,4,4", "--trials", "0"], "n_trials must be at least 1"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--total-trials", "0"],
+        "total_trials must be at least 1",
+    ),
     (["tune", "matmul", "--shape", "4,4,4", "--repeat", "0"], "repeat must be at least 1"),
     (
         ["tune", "matmul", "--shape", "4,4,4", "--sampler", "tpe", "--acquisition", "ei"],

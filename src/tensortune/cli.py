@@ -35,6 +35,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--trials", type=int, default=64, help="trials to run now (default 64)")
     tune.add_argument(
+        "--total-trials",
+        type=int,
+        default=None,
+        metavar="N",
+        help="instead of --trials: run until the study holds N finished trials, so that the "
+        "same command resumes a killed run (default: off)",
+    )
+    tune.add_argument(
         "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})"
     )
     tune.add_argument("--study", default=None, help="study name (default: workload and target)")
@@ -190,6 +198,7 @@ def _tune(args: argparse.Namespace) -> None:
         show_progress=not args.no_progress,
         artifact_dir=args.artifact_dir,
         device=device,
+        total_trials=args.total_trials,
     )
     _print_summary(best_summary(study))
 

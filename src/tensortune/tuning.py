@@ -19,6 +19,7 @@ from tensortune.dashboard import (
 )
 from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureResult, MeasureSettings, RpcDevice
+from tensortune.sampler.history import count_finished
 from tensortune.sampler.transfer import check_sources
 from tensortune.storage import (
     TrialHeartbeats,
@@ -212,6 +213,7 @@ def tune(
     template: CpuTemplate | None = None,
     artifact_dir: str | None = None,
     device: RpcDevice | None = None,
+    total_trials: int | None = None,
 ) -> optuna.Study:
     """Tune `workload` on `target` for `n_trials` more trials; returns the Optuna study.
 
@@ -251,11 +253,19 @@ def tune(
             device dies under fails (``failed_stage`` ``"run"``); later ones run on a device the
             tracker hands out next, or fail with ``failed_stage`` ``"device"`` when none comes
             within ``device.wait_for_device``. Default None: time on this machine.
+        total_trials: Run until the study holds this many finished trials (see
+            `tensortune.sampler.history.count_finished`; trials of a killed run are not
+            counted), instead of `n_trials` more: the same call then resumes an interrupted
+            run to where it was headed. Rechecked before each batch, so that workers sharing
+            the study stop together, overshooting by at most the batches others have in
+            flight. Default None: run `n_trials` more.
     """
     if isinstance(workload, str):
         workload = get_workload(workload, **(shape or {}))
     if n_trials < 1:
         raise TensortuneError(f"n_trials must be at least 1, got {n_trials}")
+    if total_trials is not None and total_trials < 1:
+        raise TensortuneError(f"total_trials must be at least 1, got {total_trials}")
     if batch_size < 1:
         raise TensortuneError(f"batch_size must be at least 1, got {batch_size}")
     spec = target_spec(target)
@@ -284,7 +294,11 @@ def tune(
         objective.vendor_gflops = study.user_attrs.get("vendor_gflops")
         folder = artifact_dir or default_artifact_dir(storage)
         store = artifact_store(folder) if folder else None
-        _run_batches(study, objective, n_trials, batch_size, show_progress, store)
+        fail_stale_trials(study)  # before counting: a killed run's trials are not done
+        if total_trials is not None:
+            n_trials = total_trials - count_finished(study)
+        if n_trials > 0:
+            _run_batches(study, objective, n_trials, batch_size, show_progress, store, total_trials)
     return study
 
 
@@ -295,6 +309,7 @@ def _run_batches(
     batch_size: int,
     show_progress: bool,
     store: optuna.artifacts.FileSystemArtifactStore | None = None,
+    total_trials: int | None = None,
 ) -> None:
     from tqdm.auto import tqdm
 
@@ -304,7 +319,12 @@ def _run_batches(
     try:
         while done < n_trials:
             fail_stale_trials(study)  # a killed worker's trials: FAIL, their configs free again
-            trials = [heartbeats.ask() for _ in range(min(batch_size, n_trials - done))]
+            todo = n_trials - done
+            if total_trials is not None:  # other workers may have brought the study nearer
+                todo = min(todo, total_trials - count_finished(study))
+                if todo <= 0:
+                    break
+            trials = [heartbeats.ask() for _ in range(min(batch_size, todo))]
             try:
                 values = objective.evaluate(trials)
             except BaseException:

@@ -112,6 +112,17 @@ def is_abandoned(trial: optuna.trial.FrozenTrial, stale: set[int]) -> bool:
     return trial.number in stale or trial.user_attrs.get("failed_stage") == "device"
 
 
+def count_finished(study: optuna.Study) -> int:
+    """Trials of `study` that are done: COMPLETE, PRUNED, or FAIL from a measurement (a trial
+    failed as stale or for want of a device, see `is_abandoned`, measured nothing)."""
+    trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+    done = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    finished = [t for t in trials if t.state in done]
+    failed = any(t.state == TrialState.FAIL for t in finished)
+    stale = stale_trial_numbers(study) if failed else set()
+    return sum(not is_abandoned(t, stale) for t in finished)
+
+
 def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> History:
     """The study's trials as a `History` over `space`.
 

@@ -1,0 +1,145 @@
+"""Kill and resume: a CLI study killed with SIGKILL while the cost model proposes, during a
+build and during a measurement, then resumed with the same command, loses no COMPLETE trial,
+leaves no trial RUNNING, and ends with the requested number of finished trials."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+from optuna.trial import TrialState
+
+from tensortune.sampler.history import (
+    CONFIG_ATTR,
+    count_finished,
+    is_abandoned,
+    stale_trial_numbers,
+    trial_config,
+)
+
+TOTAL = 28
+GRACE = 3
+STARTUP = 16  # CostModelSampler's n_startup_trials: its model proposes from then on
+# Each phase twice, in turn. Once STARTUP trials are measured, a resumed run's first ask
+# starts a model round at once.
+TARGETS = ["build", "measurement", "model proposal"] * 2
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out + [g for c in out for g in _children(c)]
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+    except OSError:
+        return 0
+
+
+def _maps_a_kernel(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any("/tensortune-" in line and ".so" in line for line in f)
+    except OSError:
+        return False
+
+
+def _unclaimed(study: optuna.Study) -> bool:
+    """Whether a RUNNING trial has no config yet: the sampler is choosing it."""
+    running = study._storage.get_all_trials(study._study_id, states=(TrialState.RUNNING,))
+    return any(CONFIG_ATTR not in t.system_attrs for t in running)
+
+
+def _phase(pid: int, study: optuna.Study) -> str:
+    """What the tune process is doing now: ``model proposal`` while a RUNNING trial has no
+    config yet (the sampler is choosing it) and the model is past its start-up,
+    ``measurement`` while a worker that has loaded a kernel is busy, ``build`` while another
+    worker is busy, else ``other``."""
+    if _unclaimed(study):
+        return "model proposal" if count_finished(study) >= STARTUP else "other"
+    running = study._storage.get_all_trials(study._study_id, states=(TrialState.RUNNING,))
+    workers = _children(pid)
+    before = {w: _cpu_ticks(w) for w in workers}
+    time.sleep(0.05)
+    busy = [w for w in workers if _cpu_ticks(w) - before[w] >= 2]
+    if not running or not busy:
+        return "other"
+    return "measurement" if any(_maps_a_kernel(w) for w in busy) else "build"
+
+
+def test_killed_runs_resume_to_the_requested_count(tmp_path):
+    url = f"sqlite:///{tmp_path / 'kill.db'}"
+    env = {**os.environ, "TENSORTUNE_HEARTBEAT_INTERVAL": "1", "TENSORTUNE_GRACE_PERIOD": "3"}
+    command = [sys.executable, "-m", "tensortune.cli", "tune", "matmul", "--shape", "48,48,48"]
+    command += ["--storage", url, "--study", "k", "--seed", "0", "--batch-size", "2"]
+    command += ["--total-trials", str(TOTAL), "--repeat", "3", "--min-repeat-ms", "30"]
+    command += ["--no-progress"]
+
+    kills: list[str] = []
+    killed_running: set[int] = set()
+    complete: dict[int, float] = {}  # every COMPLETE trial seen so far, with its value
+    for target in TARGETS:
+        worker = subprocess.Popen(
+            command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=None
+        )
+        deadline = time.monotonic() + 60
+        hit = None
+        while worker.poll() is None and time.monotonic() < deadline:
+            try:
+                study = optuna.load_study(study_name="k", storage=url)
+            except KeyError:  # the first run has not created it yet
+                time.sleep(0.1)
+                continue
+            if _phase(worker.pid, study) != target:
+                continue
+            # Frozen, the run can't leave the phase before the kill: a proposal is checked again.
+            os.killpg(worker.pid, signal.SIGSTOP)
+            if target != "model proposal" or _unclaimed(study):
+                os.killpg(worker.pid, signal.SIGKILL)
+                hit = target
+                break
+            os.killpg(worker.pid, signal.SIGCONT)
+        worker.wait(timeout=60)
+        study = optuna.load_study(study_name="k", storage=url)
+        if hit is not None:
+            kills.append(hit)
+            killed_running |= {t.number for t in study.trials if t.state == TrialState.RUNNING}
+        # Nothing that was COMPLETE is lost or changed by a kill.
+        now = {t.number: t.value for t in study.trials if t.state == TrialState.COMPLETE}
+        assert {n: now.get(n) for n in complete} == complete
+        complete = now
+        if worker.returncode == 0:  # it finished before the phase came round
+            break
+
+    print(f"\nkills: {kills}; trials left RUNNING by them: {sorted(killed_running)}")
+    assert set(TARGETS) <= set(kills), kills
+
+    time.sleep(GRACE + 1)  # the killed trials' heartbeats are now older than the grace period
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    study = optuna.load_study(study_name="k", storage=url)
+    trials = study.trials
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    assert count_finished(study) == TOTAL
+    now = {t.number: t.value for t in trials if t.state == TrialState.COMPLETE}
+    assert {n: now.get(n) for n in complete} == complete
+    # Exactly the trials the kills left RUNNING were failed as stale; the rest are measured.
+    stale = stale_trial_numbers(study)
+    assert stale == killed_running
+    assert all(is_abandoned(trials[n], stale) for n in stale)
+    measured = [t for t in trials if not is_abandoned(t, stale)]
+    configs = [tuple(sorted(trial_config(t).items())) for t in measured]
+    assert len(set(configs)) == len(configs) == TOTAL
