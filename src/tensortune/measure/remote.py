@@ -23,10 +23,8 @@ import struct
 import time
 from typing import Any
 
-import numpy as np
-
 from tensortune.errors import TensortuneError
-from tensortune.measure.worker_tasks import mismatch, workload_data
+from tensortune.measure.worker_tasks import check_and_time
 from tensortune.workloads import Workload
 
 # Target kinds whose name is not a TVM device name.
@@ -222,7 +220,6 @@ def run(
     once. Returns the costs in seconds, or a string saying why the result is wrong; an RPC
     failure (the device died mid-run) raises, and the session is dropped.
     """
-    import tvm
 
     session = _SESSION["session"]
     try:
@@ -231,25 +228,9 @@ def run(
         module = session.load_module(name)
         session.remove(name)  # loaded already; keeps a long session's folder small
         dev = session.device(_DEVICE_OF_KIND.get(device_kind, device_kind), 0)
-        inputs, expected = workload_data(workload)
-        outputs = [np.full(e.shape, np.nan, dtype=e.dtype) for e in expected]
-        args = [tvm.runtime.tensor(a, dev) for a in [*inputs, *outputs]]
-        # Wall time of the first run, round trip included: it only decides on the short cut.
-        start = time.perf_counter()
-        module["main"](*args)
-        dev.sync()
-        first = time.perf_counter() - start
-        if first * (2 + number * repeat) > budget / 2:
-            number, repeat, min_repeat_ms = 1, 1, 0
-        if check:
-            for index, want in enumerate(expected):
-                error = mismatch(args[len(inputs) + index].numpy(), want, rtol)
-                if error:
-                    return f"wrong result in output {index}: {error}"
-        timer = module.time_evaluator(
-            "main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms
+        return check_and_time(
+            module, dev, workload, number, repeat, min_repeat_ms, check, rtol, budget
         )
-        return [float(c) for c in timer(*args).results]
     except Exception as err:
         alive = _answers(session)
         disconnect()  # whatever broke, the next candidate starts on a fresh session
