@@ -143,3 +143,30 @@ def test_killed_runs_resume_to_the_requested_count(tmp_path):
     measured = [t for t in trials if not is_abandoned(t, stale)]
     configs = [tuple(sorted(trial_config(t).items())) for t in measured]
     assert len(set(configs)) == len(configs) == TOTAL
+
+
+def test_ctrl_c_closes_the_batch_and_frees_its_configs(tmp_path):
+    url = f"sqlite:///{tmp_path / 'int.db'}"
+    command = [sys.executable, "-m", "tensortune.cli", "tune", "matmul", "--shape", "48,48,48"]
+    command += ["--storage", url, "--study", "i", "--seed", "0", "--batch-size", "2"]
+    command += ["--trials", "8", "--repeat", "3", "--min-repeat-ms", "30", "--no-progress"]
+    worker = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while worker.poll() is None and time.monotonic() < deadline:
+        try:
+            study = optuna.load_study(study_name="i", storage=url)
+        except KeyError:
+            time.sleep(0.1)
+            continue
+        if _phase(worker.pid, study) in ("build", "measurement"):
+            os.killpg(worker.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's group
+            break
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 130, err[-2000:]
+    assert "interrupted; completed trials are saved" in err
+    study = optuna.load_study(study_name="i", storage=url)
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    stopped = [t for t in study.trials if t.user_attrs.get("failed_stage") == "interrupted"]
+    assert stopped and all(t.state == TrialState.FAIL for t in stopped)
+    assert all(is_abandoned(t, set()) for t in stopped)  # free again, not a failure to learn
+    assert count_finished(study) == len(study.trials) - len(stopped)

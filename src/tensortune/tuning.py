@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from tensortune.dashboard import (
     artifact_store,
@@ -116,7 +118,13 @@ class Objective:
         values = []
         for trial, known in zip(trials, results, strict=True):
             result = known if known is not None else next(measured)
-            values.append(self._record(trial, result))
+            try:
+                values.append(self._record(trial, result))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                # Another worker failed it as stale (this one was silent past the grace
+                # period, e.g. suspended): the result is dropped and the config is free again.
+                warnings.warn(f"trial {trial.number} was failed as stale meanwhile", stacklevel=2)
+                values.append(float("nan"))
         return values
 
     def _record(self, trial: optuna.Trial, result: MeasureResult) -> float:
@@ -328,17 +336,21 @@ def _run_batches(
             try:
                 values = objective.evaluate(trials)
             except BaseException:
-                # Interrupted mid-batch: close the asked trials so none stays RUNNING.
+                # Interrupted mid-batch: close the asked trials so none stays RUNNING, marked so
+                # that the sampler neither counts their configs as taken nor learns from them.
                 for trial in trials:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    with contextlib.suppress(Exception):  # the storage may be what failed
+                        trial.set_user_attr("failed_stage", "interrupted")
+                        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
                 raise
             if store is not None:
                 _publish_new_best(study, trials, values, objective, store)
             for trial, value in zip(trials, values, strict=True):
+                # skip_if_finished: another worker may have failed it as stale meanwhile
                 if math.isnan(value):
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
                 else:
-                    study.tell(trial, value)
+                    study.tell(trial, value, skip_if_finished=True)
             heartbeats.clear()
             done += len(trials)
             bar.update(len(trials))

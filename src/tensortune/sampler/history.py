@@ -96,10 +96,15 @@ def stale_trial_numbers(study: optuna.Study) -> set[int]:
     }
 
 
+#: ``failed_stage`` values of trials that failed before a measurement.
+_UNMEASURED = ("device", "interrupted")
+
+
 def is_abandoned(trial: optuna.trial.FrozenTrial, stale: set[int]) -> bool:
-    """Whether `trial` failed without a measurement, as stale or for want of a remote device
-    (``failed_stage`` ``"device"``): it holds no config and is no failure to learn from, so
-    its config may be proposed again.
+    """Whether `trial` failed without a measurement: as stale, for want of a remote device
+    (``failed_stage`` ``"device"``), or in a batch interrupted by Ctrl-C or an error
+    (``"interrupted"``). It holds no config and is no failure to learn from, so its config may
+    be proposed again.
 
     Args:
         trial: A trial of the study.
@@ -109,7 +114,7 @@ def is_abandoned(trial: optuna.trial.FrozenTrial, stale: set[int]) -> bool:
     # hide a measured result.
     if trial.state != TrialState.FAIL:
         return False
-    return trial.number in stale or trial.user_attrs.get("failed_stage") == "device"
+    return trial.number in stale or trial.user_attrs.get("failed_stage") in _UNMEASURED
 
 
 def count_finished(study: optuna.Study) -> int:
