@@ -128,7 +128,8 @@ BAD_INPUTS = [
     (["tune", "nosuchop", "--shape", "4"], "unknown workload 'nosuchop'"),
     (["tune", "matmul", "--shape", "0,4,4"], "M must be positive"),
     (["tune", "matmul", "--shape", "4,four,4"], "not an integer"),
-    (["tune", "matmul", "--shape", "4,4,4", "--target", "cuda"], "unsupported target kind 'cuda'"),
+    (["tune", "matmul", "--shape", "4,4,4", "--target", "cuda"], "target cuda needs an arch"),
+    (["tune", "matmul", "--shape", "4,4,4", "--target", "rocm"], "unsupported target kind 'rocm'"),
     (["tune", "matmul", "--shape", "4,4,4", "--target", "{oops"], "malformed target"),
     (
         ["tune", "matmul", "--shape", "4,4,4", "--target", '{"kind": "llvm", "bogus": 1}'],

@@ -118,3 +118,63 @@ def test_no_reduction_is_refused():
     workload = WorkloadDef("scale", scale, lambda x: 2 * x, None, (("n", None),)).bind(8)
     with pytest.raises(TensortuneError, match="reduction"):
         CudaTemplate(workload)
+
+
+# -- wired into tensortune: target, tune, measurer, sampler -------------------------------------
+def test_cuda_targets_parse_and_a_gpu_less_machine_is_refused(tmp_path):
+    import tensortune
+    from tensortune import TensortuneError
+    from tensortune.target import gpu_present, target_spec
+
+    assert target_spec('{"kind": "cuda", "arch": "sm_90"}')["arch"] == "sm_90"
+    assert target_spec("cuda -arch=sm_80")["arch"] == "sm_80"
+    assert not gpu_present()  # these tests run where no GPU is
+    url = f"sqlite:///{tmp_path / 'gpu.db'}"
+    with pytest.raises(TensortuneError, match="no CUDA GPU on this machine"):
+        tensortune.tune("matmul", target=TARGET, shape=dict(M=64, N=64, K=64), storage=url)
+    assert not (tmp_path / "gpu.db").exists()  # refused before anything was written
+
+
+def test_measurer_builds_cuda_candidates_in_its_workers():
+    from tensortune.measure import Measurer, MeasureSettings
+
+    template = CudaTemplate(get_workload("matmul", 64, 64, 64), TARGET)
+    configs = [c for c in _sample(template, 6, seed=3) if _valid(template, c)][:2]
+    with Measurer(template, TARGET, MeasureSettings(repeat=1, min_repeat_ms=0)) as measurer:
+        results = measurer.measure(configs)
+    for result in results:
+        # Built (the CUDA module is embedded in the library), then refused at run time for want of
+        # a GPU: the failure is the run's, with the reason, not the build's.
+        assert result.compile_seconds > 0, result
+        assert result.stage == "run" and result.error, result
+
+
+def _valid(template: CudaTemplate, config: dict) -> bool:
+    try:
+        template.check(config)
+    except InvalidConfig:
+        return False
+    return True
+
+
+def test_learned_sampler_proposes_cuda_configs_from_gpu_schedules(tmp_path):
+    import numpy as np
+
+    from tensortune.sampler import PROPOSAL_ATTR, CostModelSampler
+    from tensortune.storage import create_study, open_storage
+
+    workload = get_workload("matmul", 64, 64, 64)
+    sampler = CostModelSampler(n_startup_trials=8, batch_size=4, seed=0)
+    study = create_study(
+        open_storage(f"sqlite:///{tmp_path / 's.db'}"), "gpu", workload, TARGET, None, sampler
+    )
+    template = CudaTemplate(workload, TARGET)
+    for _ in range(12):
+        trial = study.ask()
+        config = template.suggest(trial)
+        # A stand-in for GPU timings: more threads per block (up to 256) is faster.
+        threads = template.threads_per_block(config)
+        study.tell(trial, float(np.log2(min(threads, 256)) + 1))
+    sources = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
+    assert "model" in sources[8:], sources  # the model ranks features of CUDA schedules
+    assert set(study.trials[0].params) == {k.name for k in template.knobs}

@@ -16,7 +16,7 @@ from tensortune.errors import TensortuneError
 from tensortune.measure.worker_tasks import mismatch
 from tensortune.storage import best_summary, study_target, study_workload
 from tensortune.target import make_target
-from tensortune.templates import CpuTemplate
+from tensortune.templates import template_for
 from tensortune.workloads import Workload, get_workload
 
 LIBRARY = "kernel.so"
@@ -39,7 +39,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
     summary = best_summary(study)
     workload = study_workload(study)
     target = study_target(study)
-    sch = CpuTemplate(workload).apply(summary["config"])
+    sch = template_for(workload, target).apply(summary["config"])
 
     import tvm
 

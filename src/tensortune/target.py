@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from tvm.target import Target
 
 #: Target kinds that have a schedule template.
-SUPPORTED_KINDS = ("llvm",)
+SUPPORTED_KINDS = ("llvm", "cuda")
 
 
 def host_cores() -> int:
@@ -38,7 +38,9 @@ def target_spec(text: str | dict[str, Any] | None = "llvm") -> dict[str, Any]:
 
     Accepts ``"llvm"`` (this machine: its CPU and core count), a dict or JSON object such as
     ``{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8}``, or the pre-0.27 flag form
-    ``"llvm -mcpu=znver4 -num-cores=2"``. Raises `TensortuneError` for anything else.
+    ``"llvm -mcpu=znver4 -num-cores=2"``. ``"cuda"`` takes the ``arch`` of this machine's first
+    GPU (``nvidia-smi``); give it, e.g. ``{"kind": "cuda", "arch": "sm_90"}``, where there is
+    none. Raises `TensortuneError` for anything else.
     """
     if text is None:
         text = "llvm"
@@ -66,6 +68,14 @@ def target_spec(text: str | dict[str, Any] | None = "llvm") -> dict[str, Any]:
     if kind == "llvm":
         spec.setdefault("mcpu", host_cpu())
         spec.setdefault("num-cores", host_cores())
+    if kind == "cuda" and "arch" not in spec:
+        arch = host_gpu_arch()
+        if arch is None:
+            raise TensortuneError(
+                "target cuda needs an arch (no GPU found here to read it from), e.g. "
+                '\'{"kind": "cuda", "arch": "sm_90"}\''
+            )
+        spec["arch"] = arch
     make_target(spec)  # let TVM reject unknown attributes now, not in a worker
     return spec
 
@@ -79,6 +89,35 @@ def make_target(spec: dict[str, Any]) -> Target:
     except Exception as err:
         first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise TensortuneError(f"malformed target {json.dumps(spec)}: {first}") from None
+
+
+def host_gpu_arch() -> str | None:
+    """``sm_XY`` of this machine's first NVIDIA GPU, from ``nvidia-smi``; None without one."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    if done.returncode != 0 or not lines or "." not in lines[0]:
+        return None
+    return "sm_" + lines[0].replace(".", "")
+
+
+def gpu_present() -> bool:
+    """Whether TVM can run kernels on a local CUDA GPU (driver and device present)."""
+    try:
+        import tvm
+
+        return bool(tvm.runtime.enabled("cuda") and tvm.cuda(0).exist)
+    except Exception:  # no driver: TVM's CUDA runtime cannot load
+        return False
 
 
 def describe(spec: dict[str, Any]) -> str:

@@ -31,8 +31,8 @@ from tensortune.storage import (
     open_storage,
     target_key,
 )
-from tensortune.target import describe, target_spec
-from tensortune.templates import CpuTemplate, InvalidConfig
+from tensortune.target import describe, gpu_present, target_spec
+from tensortune.templates import InvalidConfig, Template, template_for
 from tensortune.workloads import Workload, get_workload
 
 #: Samplers by name; the first is the default.
@@ -58,7 +58,8 @@ class Objective:
         settings: Build and timing settings. Default `MeasureSettings()`.
         vendor_gflops: The vendor library's GFLOP/s, for ``vendor_ratio``. Default None.
         template: Knobs → schedule; anything with the methods of `CpuTemplate` (``workload``,
-            ``suggest``, ``apply``). Default None: ``CpuTemplate(workload)``.
+            ``suggest``, ``apply``). Default None: the target kind's template
+            (`tensortune.templates.template_for`).
         device: Time candidates on this device of a TVM RPC tracker (they are still built
             here, for `target`, which should then describe that device). Default None: time
             on this machine.
@@ -70,12 +71,12 @@ class Objective:
         target: str | dict[str, Any] = "llvm",
         settings: MeasureSettings | None = None,
         vendor_gflops: float | None = None,
-        template: CpuTemplate | None = None,
+        template: Template | None = None,
         device: RpcDevice | None = None,
     ) -> None:
         self.workload = workload
         self.target = target_spec(target)
-        self.template = template if template is not None else CpuTemplate(workload)
+        self.template = template if template is not None else template_for(workload, self.target)
         self.measurer = Measurer(self.template, self.target, settings, device)
         self.vendor_gflops = vendor_gflops
 
@@ -147,7 +148,7 @@ def make_sampler(
     name: str,
     seed: int | None = None,
     *,
-    template: CpuTemplate | None = None,
+    template: Template | None = None,
     batch_size: int = 8,
     acquisition: str | None = None,
     loss: str | None = None,
@@ -218,7 +219,7 @@ def tune(
     settings: MeasureSettings | None = None,
     batch_size: int = 8,
     show_progress: bool = True,
-    template: CpuTemplate | None = None,
+    template: Template | None = None,
     artifact_dir: str | None = None,
     device: RpcDevice | None = None,
     total_trials: int | None = None,
@@ -248,7 +249,8 @@ def tune(
         show_progress: Show a progress bar on stderr. Default True. optuna-dashboard shows the
             study's note (workload, target, vendor, sampler settings) and a best-so-far plot
             that is updated after every batch, whatever this says.
-        template: Knobs → schedule (see `Objective`). Default None: ``CpuTemplate(workload)``.
+        template: Knobs → schedule (see `Objective`). Default None: the target kind's template,
+            `CpuTemplate` for llvm, `CudaTemplate` for cuda.
         artifact_dir: Folder where the best kernel's TIR and generated code are kept as
             optuna-dashboard artifacts of its trial, refreshed whenever the best changes.
             Default None: ``<name>-artifacts`` beside a SQLite file (see
@@ -277,6 +279,11 @@ def tune(
     if batch_size < 1:
         raise TensortuneError(f"batch_size must be at least 1, got {batch_size}")
     spec = target_spec(target)
+    if spec["kind"] == "cuda" and device is None and not gpu_present():
+        raise TensortuneError(
+            "no CUDA GPU on this machine to time kernels on: tune on a GPU machine, or time on "
+            "one through an RPC tracker (--rpc-tracker, --device-key)"
+        )
     if sampler is None or isinstance(sampler, str):
         sampler = make_sampler(
             sampler or SAMPLERS[0], seed, template=template, batch_size=batch_size

@@ -19,7 +19,7 @@ from tensortune.features.per_store import LENGTH as PER_STORE_LENGTH
 from tensortune.features.per_store import PerStoreExtractor
 
 if TYPE_CHECKING:
-    from tensortune.templates import CpuTemplate
+    from tensortune.templates import Template
 
 #: Feature sets by name: the relation encoding (length independent of the operator), the
 #: per-loop encoding, and TVM MetaSchedule's per-store features.
@@ -53,7 +53,7 @@ class FeatureExtractor:
     """
 
     def __init__(
-        self, template: CpuTemplate, feature_set: str = "curve", cache_size: int = 100_000
+        self, template: Template, feature_set: str = "curve", cache_size: int = 100_000
     ) -> None:
         self.template = template
         self.feature_set = feature_set

@@ -182,7 +182,7 @@ class Measurer:
         try:
             self._runner.send(
                 worker_tasks.run,
-                (*args, s.check_results, s.rtol, s.run_timeout),
+                (*args, s.check_results, s.rtol, s.run_timeout, self.target["kind"]),
                 timeout=s.run_timeout,
             )
             outcome = self._runner.recv()
@@ -255,7 +255,7 @@ class Measurer:
         try:
             self._runner.send(
                 worker_tasks.vendor_time,
-                (self.workload, s.repeat, s.min_repeat_ms, threads),
+                (self.workload, s.repeat, s.min_repeat_ms, threads, self.target["kind"]),
                 timeout=_WARM_UP_TIMEOUT,
             )
             found = self._runner.recv()

@@ -24,11 +24,10 @@ import time
 from typing import Any
 
 from tensortune.errors import TensortuneError
-from tensortune.measure.worker_tasks import check_and_time
+from tensortune.measure.worker_tasks import DEVICE_OF_KIND, check_and_time
 from tensortune.workloads import Workload
 
 # Target kinds whose name is not a TVM device name.
-_DEVICE_OF_KIND = {"llvm": "cpu", "c": "cpu"}
 # Pause between attempts while waiting for the tracker or a device.
 _RETRY_PAUSE = 1.0
 
@@ -227,7 +226,7 @@ def run(
         session.upload(path, name)
         module = session.load_module(name)
         session.remove(name)  # loaded already; keeps a long session's folder small
-        dev = session.device(_DEVICE_OF_KIND.get(device_kind, device_kind), 0)
+        dev = session.device(DEVICE_OF_KIND.get(device_kind, device_kind), 0)
         return check_and_time(
             module, dev, workload, number, repeat, min_repeat_ms, check, rtol, budget
         )

@@ -14,6 +14,9 @@ import numpy as np
 
 from tensortune.workloads import Workload
 
+#: TVM device name of each target kind.
+DEVICE_OF_KIND = {"llvm": "cpu", "c": "cpu", "cuda": "cuda"}
+
 # Inputs and reference outputs per workload, kept for the life of the run worker.
 _DATA: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
@@ -57,8 +60,10 @@ def run(
     check: bool,
     rtol: float,
     budget: float,
+    device_kind: str = "llvm",
 ) -> list[float] | str:
-    """Load the kernel at `path`, check one run against NumPy, then time it.
+    """Load the kernel at `path`, check one run against NumPy, then time it on this machine's
+    device of the target kind `device_kind` (default ``"llvm"``: the CPU; ``"cuda"``: GPU 0).
 
     A kernel so slow that the full timing would not fit in half of `budget` seconds is timed
     once: it gets a (bad) cost the sampler can learn from instead of a timeout.
@@ -67,9 +72,8 @@ def run(
     import tvm
 
     module = tvm.runtime.load_module(path)
-    return check_and_time(
-        module, tvm.cpu(0), workload, number, repeat, min_repeat_ms, check, rtol, budget
-    )
+    dev = tvm.device(DEVICE_OF_KIND.get(device_kind, device_kind), 0)
+    return check_and_time(module, dev, workload, number, repeat, min_repeat_ms, check, rtol, budget)
 
 
 def check_and_time(
@@ -122,12 +126,13 @@ def mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
 
 
 def vendor_time(
-    workload: Workload, repeat: int, min_repeat_ms: int, threads: int
+    workload: Workload, repeat: int, min_repeat_ms: int, threads: int, device_kind: str = "llvm"
 ) -> tuple[str, list[float]] | None:
-    """Time the vendor library on `workload`: (library name, costs), or None if it has none."""
+    """Time the vendor library on `workload` on the device of `device_kind` (default the CPU):
+    (library name, costs), or None if it has none."""
     from tensortune.measure.baseline import vendor_kernel
 
-    found = vendor_kernel(workload, threads)
+    found = vendor_kernel(workload, threads, DEVICE_OF_KIND.get(device_kind, device_kind))
     if found is None:
         return None
     name, kernel = found

@@ -34,7 +34,7 @@ from tensortune.sampler.transfer import (
 
 if TYPE_CHECKING:
     from tensortune.features import FeatureExtractor
-    from tensortune.templates import CpuTemplate
+    from tensortune.templates import Template
 
 
 class CostModelSampler(BaseSampler):
@@ -105,7 +105,7 @@ class CostModelSampler(BaseSampler):
 
     def __init__(
         self,
-        template: CpuTemplate | None = None,
+        template: Template | None = None,
         *,
         feature_set: str = "curve",
         loss: str = "rank",
@@ -255,21 +255,21 @@ class CostModelSampler(BaseSampler):
         self._random.after_trial(study, trial, state, values)
 
     # -- proposals ---------------------------------------------------------------------------
-    def _template_for(self, study: optuna.Study) -> CpuTemplate | None:
+    def _template_for(self, study: optuna.Study) -> Template | None:
         if self.template is not None:
             return self.template
         if "workload" not in study.user_attrs:
             return None
-        from tensortune.storage import study_workload
-        from tensortune.templates import CpuTemplate
+        from tensortune.storage import study_target, study_workload
+        from tensortune.templates import template_for
 
         workload = study_workload(study)
         if self._workload_key != workload.key:  # another study: start over
             self._workload_key = workload.key
-            self._reset(CpuTemplate(workload))
+            self._reset(template_for(workload, study_target(study)))
         return self._extractor.template if self._extractor else None
 
-    def _reset(self, template: CpuTemplate) -> None:
+    def _reset(self, template: Template) -> None:
         from tensortune.features import FeatureExtractor
 
         self._space = KnobSpace(template.knobs)

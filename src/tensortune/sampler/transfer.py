@@ -96,8 +96,8 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
         feature_set: One of `tensortune.features.FEATURE_SETS`, the new study's.
     """
     from tensortune.features import FeatureExtractor, feature_length
-    from tensortune.storage import study_workload
-    from tensortune.templates import CpuTemplate
+    from tensortune.storage import study_target, study_workload
+    from tensortune.templates import template_for
 
     by_workload: dict[str, list[optuna.Study]] = {}
     for source in sources:
@@ -105,7 +105,7 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
     features, targets, groups = [], [], []
     ranked: list[tuple[float, dict[str, Any]]] = []
     for group, studies in enumerate(by_workload.values(), start=1):
-        template = CpuTemplate(study_workload(studies[0]))
+        template = template_for(study_workload(studies[0]), study_target(studies[0]))
         space = KnobSpace(template.knobs)
         extractor = FeatureExtractor(template, feature_set)
         configs, values = [], []

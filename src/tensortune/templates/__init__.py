@@ -1,5 +1,7 @@
 """Templates: a workload's schedule knobs as an Optuna search space, and knobs → schedule."""
 
+from typing import Any
+
 from tensortune.templates.cpu import CpuTemplate, InvalidConfig
 from tensortune.templates.cuda import CudaTemplate
 from tensortune.templates.knobs import (
@@ -9,6 +11,19 @@ from tensortune.templates.knobs import (
     SplitKnob,
     UnrollKnob,
 )
+from tensortune.workloads import Workload
+
+#: Any of tensortune's schedule templates (they share `CpuTemplate`'s interface).
+Template = CpuTemplate | CudaTemplate
+
+
+def template_for(workload: Workload, target: dict[str, Any]) -> Template:
+    """The schedule template of `target`'s kind for `workload`: `CudaTemplate` for ``cuda``,
+    `CpuTemplate` otherwise."""
+    if target.get("kind") == "cuda":
+        return CudaTemplate(workload, target)
+    return CpuTemplate(workload)
+
 
 __all__ = [
     "ChoiceKnob",
@@ -18,5 +33,7 @@ __all__ = [
     "LocalAccumKnob",
     "ParallelKnob",
     "SplitKnob",
+    "Template",
     "UnrollKnob",
+    "template_for",
 ]

@@ -23,20 +23,11 @@ Configs over the hardware limits (threads per block above the target's ``max_num
 1024; shared memory per block above ``max_shared_memory_per_block``, default 48 KiB) raise
 `InvalidConfig` from `check` (hence from `apply`) before anything is built.
 
-Not wired up yet (files owned by others at the time of writing; next steps):
-
-* ``target.py``: add ``"cuda"`` to ``SUPPORTED_KINDS`` in `target_spec` (no host CPU/cores to fill
-  in; ``arch`` e.g. ``sm_90``);
-* ``tuning.py`` (`tune`, ``Objective``) and ``cli.py``: choose ``CudaTemplate`` when the target
-  kind is ``cuda``, ``CpuTemplate`` for ``llvm``;
-* measurement: build with nvcc (``tvm.compile`` + ``export_library``), run on ``tvm.cuda(0)``
-  (the measurer and RPC runner assume ``tvm.cpu(0)``), no CPU cache flush;
-* features / cost model: GPU features (thread and block counts, shared-memory bytes, occupancy)
-  instead of the CPU loop features;
-* baselines: cuBLAS / cuDNN through PyTorch (TVM 0.27's wheel has no ``tvm.contrib.cublas``),
-  see ``studies/gpu_study.py``;
-* `verify_gpu_limits` is what a measurer should call after lowering, as MetaSchedule's
-  ``VerifyGPUCode`` postproc does.
+`tensortune.templates.template_for` picks this template for a ``cuda`` target; `tune` then
+builds candidates here (the CUDA module is embedded in the kernel library), checks and times
+them on ``tvm.cuda(0)`` and measures PyTorch's cuBLAS / cuDNN as the vendor baseline. Not done
+yet: GPU-specific features for the cost model (it reads the generic loop features of these
+schedules), and a run on a real GPU (`studies/gpu_study.py` is the one command for it).
 """
 
 from __future__ import annotations
