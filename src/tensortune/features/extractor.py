@@ -82,7 +82,7 @@ class FeatureExtractor:
         return out
 
     def _extract(self, configs: list[Mapping[str, Any]]) -> list[np.ndarray]:
-        from tensortune.templates.cpu import InvalidConfig
+        from tensortune.templates.base import InvalidConfig
 
         nan = np.full(self.length, np.nan, dtype=np.float32)
         rows: list[np.ndarray] = [nan] * len(configs)

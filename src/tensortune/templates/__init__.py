@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from tensortune.templates.cpu import CpuTemplate, InvalidConfig
+from tensortune.templates.base import InvalidConfig, KnobTemplate
+from tensortune.templates.cpu import CpuTemplate
 from tensortune.templates.cuda import CudaTemplate
 from tensortune.templates.knobs import (
     ChoiceKnob,
@@ -13,8 +14,8 @@ from tensortune.templates.knobs import (
 )
 from tensortune.workloads import Workload
 
-#: Any of tensortune's schedule templates (they share `CpuTemplate`'s interface).
-Template = CpuTemplate | CudaTemplate
+#: Any of tensortune's schedule templates.
+Template = KnobTemplate
 
 
 def template_for(workload: Workload, target: dict[str, Any]) -> Template:
@@ -30,6 +31,7 @@ __all__ = [
     "CpuTemplate",
     "CudaTemplate",
     "InvalidConfig",
+    "KnobTemplate",
     "LocalAccumKnob",
     "ParallelKnob",
     "SplitKnob",

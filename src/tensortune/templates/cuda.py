@@ -38,10 +38,9 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import optuna
-
 from tensortune.errors import TensortuneError
-from tensortune.templates.cpu import InvalidConfig, analyze
+from tensortune.templates.base import InvalidConfig, KnobTemplate
+from tensortune.templates.cpu import analyze
 from tensortune.templates.knobs import ChoiceKnob, SplitKnob, UnrollKnob, factorizations
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ VECTOR_WIDTHS = (1, 2, 4)
 SPATIAL_BINDINGS = ("blockIdx.x", "vthread.x", "threadIdx.x")
 
 
-class CudaTemplate:
+class CudaTemplate(KnobTemplate):
     """Knobs → CUDA schedule for one workload; same interface as `CpuTemplate`.
 
     Args:
@@ -138,18 +137,6 @@ class CudaTemplate:
             knobs.append(ChoiceKnob("vector", widths))
         return knobs
 
-    @property
-    def space_size(self) -> int:
-        """Number of distinct configs (valid or not)."""
-        return math.prod(len(k.choices) for k in self.knobs)
-
-    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
-        return {k.name: k.distribution for k in self.knobs}
-
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        """Ask `trial` for a value of every knob; returns the config."""
-        return {k.name: k.suggest(trial) for k in self.knobs}
-
     def check(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The config restricted to this template's knobs.
 
@@ -157,12 +144,7 @@ class CudaTemplate:
         `ValueError`) naming the limit if the config needs more threads or shared memory per block
         than the target has.
         """
-        out = {}
-        for knob in self.knobs:
-            if knob.name not in config:
-                raise ValueError(f"config has no value for knob {knob.name}")
-            knob.check(config[knob.name])
-            out[knob.name] = config[knob.name]
+        out = super().check(config)
         threads = self.threads_per_block(out)
         if threads > self.max_threads:
             raise InvalidConfig(
@@ -194,32 +176,6 @@ class CudaTemplate:
         """Shared memory one block allocates: every input's tile for one outer reduction step."""
         tile = self._tile_extents(config)
         return sum(r.tile_elements(tile) * r.dtype_bytes for r in self.inputs)
-
-    # -- knobs → schedule --------------------------------------------------------------------
-    def apply(self, config: Mapping[str, Any]) -> Schedule:
-        """The scheduled program for `config` (keys that are no knob are ignored); `ValueError`
-        for a missing knob or a value outside its space, `InvalidConfig` over a hardware limit or
-        if TVM refuses the combination."""
-        from tvm import s_tir
-
-        config = self.check(config)
-        sch = s_tir.Schedule(self._unscheduled())
-        try:
-            self._schedule(sch, config)
-        except s_tir.ScheduleError as err:
-            raise InvalidConfig(str(err).strip().splitlines()[-1]) from err
-        return sch
-
-    def _unscheduled(self) -> Any:
-        # Built once per process, like CpuTemplate.
-        func = self.__dict__.get("_func")
-        if func is None:
-            func = self.__dict__["_func"] = self.workload.prim_func()
-        return func
-
-    def __getstate__(self) -> dict[str, Any]:
-        # TVM IR is not sent to workers; they rebuild it.
-        return {k: v for k, v in self.__dict__.items() if k != "_func"}
 
     def _tile_extents(self, config: Mapping[str, Any]) -> dict[str, int]:
         """Extent of each axis inside one block and one outer reduction step."""
