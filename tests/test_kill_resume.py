@@ -31,7 +31,11 @@ TARGETS = ["build", "measurement", "model proposal"] * 2
 
 def _children(pid: int) -> list[int]:
     out = []
-    for task in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # it has exited meanwhile
+        return []
+    for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 out += [int(c) for c in f.read().split()]
@@ -158,7 +162,7 @@ def test_ctrl_c_closes_the_batch_and_frees_its_configs(tmp_path):
         except KeyError:
             time.sleep(0.1)
             continue
-        if _phase(worker.pid, study) in ("build", "measurement"):
+        if _phase(worker.pid, study) == "measurement":  # every worker has started by then
             os.killpg(worker.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's group
             break
     _, err = worker.communicate(timeout=120)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -274,5 +275,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def entry() -> None:
+    """The ``tensortune`` command: `main`, then exit with its status."""
+    code = main()
+    if code == 130:
+        # Interrupted: every trial is closed in storage by now. TVM's worker pool threads may
+        # still wait on a child that the Ctrl-C killed while it started, and the interpreter
+        # would join them at exit; leave at once instead.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
