@@ -176,21 +176,23 @@ class Measurer:
         return MeasureResult(compile_seconds=seconds, library=path)
 
     def _time(self, result: MeasureResult) -> None:
-        s = self.settings
         assert result.library is not None
-        args = (result.library, self.workload, s.number, s.repeat, s.min_repeat_ms)
+        args = (result.library, self.workload, self.settings, self.target["kind"])
+        self._run_timing(result, worker_tasks.run, args, "run failed: ")
+
+    def _run_timing(self, result: MeasureResult, task: Any, args: tuple, failed: str) -> None:
+        """Run the timing `task` in the run worker and record its outcome in `result`; a
+        failure's reason follows the words `failed`."""
+        timeout = self.settings.run_timeout
         try:
-            self._runner.send(
-                worker_tasks.run,
-                (*args, s.check_results, s.rtol, s.run_timeout, self.target["kind"]),
-                timeout=s.run_timeout,
-            )
+            self._runner.send(task, args, timeout=timeout)
             outcome = self._runner.recv()
         except TimeoutError:
-            result.error, result.stage = f"run timed out after {s.run_timeout:g} s", "timeout"
+            result.error, result.stage = f"run timed out after {timeout:g} s", "timeout"
             return
-        except Exception as err:  # the kernel crashed its process, or raised
-            result.error, result.stage = f"run failed: {_last_line(err)}", "run"
+        except Exception as err:  # the kernel crashed its process, the session broke, or raised
+            reason = _last_line(err).removeprefix(f"{remote.__name__}.SessionLost: ")
+            result.error, result.stage = f"{failed}{reason}", "run"
             self._runner.kill()  # a fresh process for the next candidate
             return
         if isinstance(outcome, str):
@@ -218,26 +220,8 @@ class Measurer:
         if self._device_error is not None:
             result.error, result.stage = self._device_error, "device"
             return
-        args = (result.library, self.target["kind"], self.workload, s.number, s.repeat)
-        try:
-            self._runner.send(
-                remote.run,
-                (*args, s.min_repeat_ms, s.check_results, s.rtol, s.run_timeout),
-                timeout=s.run_timeout,
-            )
-            outcome = self._runner.recv()
-        except TimeoutError:
-            result.error, result.stage = f"run timed out after {s.run_timeout:g} s", "timeout"
-            return
-        except Exception as err:  # the session broke, or the remote raised
-            reason = _last_line(err).removeprefix(f"{remote.__name__}.SessionLost: ")
-            result.error, result.stage = f"run on {device} failed: {reason}", "run"
-            self._runner.kill()
-            return
-        if isinstance(outcome, str):
-            result.error, result.stage = outcome, "check"
-        else:
-            result.costs = outcome
+        args = (result.library, self.workload, s, self.target["kind"])
+        self._run_timing(result, remote.run, args, f"run on {device} failed: ")
 
     def vendor_baseline(self) -> tuple[str, float] | None:
         """(library, median seconds) of the vendor's kernel for this workload, timed in the run

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from tensortune.errors import TensortuneError
+from tensortune.measure.settings import MeasureSettings
 from tensortune.measure.worker_tasks import DEVICE_OF_KIND, check_and_time
 from tensortune.workloads import Workload
 
@@ -201,22 +202,14 @@ def disconnect() -> None:
 
 
 def run(
-    path: str,
-    device_kind: str,
-    workload: Workload,
-    number: int,
-    repeat: int,
-    min_repeat_ms: int,
-    check: bool,
-    rtol: float,
-    budget: float,
+    path: str, workload: Workload, settings: MeasureSettings, device_kind: str
 ) -> list[float] | str:
     """Upload the kernel at `path` to the session's device, check one run there against
     NumPy, then time it there: `worker_tasks.run` on the remote device.
 
     Call `connect` first. `device_kind` is the target's kind (``"llvm"`` → the remote CPU).
-    A kernel so slow that the full timing would not fit in half of `budget` seconds is timed
-    once. Returns the costs in seconds, or a string saying why the result is wrong; an RPC
+    A kernel so slow that the full timing would not fit in half of ``settings.run_timeout``
+    is timed once. Returns the costs in seconds, or a string saying why the result is wrong; an RPC
     failure (the device died mid-run) raises, and the session is dropped.
     """
 
@@ -227,9 +220,7 @@ def run(
         module = session.load_module(name)
         session.remove(name)  # loaded already; keeps a long session's folder small
         dev = session.device(DEVICE_OF_KIND.get(device_kind, device_kind), 0)
-        return check_and_time(
-            module, dev, workload, number, repeat, min_repeat_ms, check, rtol, budget
-        )
+        return check_and_time(module, dev, workload, settings)
     except Exception as err:
         alive = _answers(session)
         disconnect()  # whatever broke, the next candidate starts on a fresh session

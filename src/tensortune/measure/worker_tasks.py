@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tensortune.measure.settings import MeasureSettings
 from tensortune.workloads import Workload
 
 #: TVM device name of each target kind.
@@ -52,40 +53,25 @@ def workload_data(workload: Workload) -> tuple[list[np.ndarray], list[np.ndarray
 
 
 def run(
-    path: str,
-    workload: Workload,
-    number: int,
-    repeat: int,
-    min_repeat_ms: int,
-    check: bool,
-    rtol: float,
-    budget: float,
-    device_kind: str = "llvm",
+    path: str, workload: Workload, settings: MeasureSettings, device_kind: str = "llvm"
 ) -> list[float] | str:
-    """Load the kernel at `path`, check one run against NumPy, then time it on this machine's
+    """Load the kernel at `path`, check one run against NumPy, then time it with `settings`
+    (``number``, ``repeat``, ``min_repeat_ms``, ``check_results``, ``rtol``) on this machine's
     device of the target kind `device_kind` (default ``"llvm"``: the CPU; ``"cuda"``: GPU 0).
 
-    A kernel so slow that the full timing would not fit in half of `budget` seconds is timed
-    once: it gets a (bad) cost the sampler can learn from instead of a timeout.
+    A kernel so slow that the full timing would not fit in half of ``settings.run_timeout`` is
+    timed once: it gets a (bad) cost the sampler can learn from instead of a timeout.
     Returns the costs in seconds, or a string saying why the result is wrong.
     """
     import tvm
 
     module = tvm.runtime.load_module(path)
     dev = tvm.device(DEVICE_OF_KIND.get(device_kind, device_kind), 0)
-    return check_and_time(module, dev, workload, number, repeat, min_repeat_ms, check, rtol, budget)
+    return check_and_time(module, dev, workload, settings)
 
 
 def check_and_time(
-    module: Any,
-    dev: Any,
-    workload: Workload,
-    number: int,
-    repeat: int,
-    min_repeat_ms: int,
-    check: bool,
-    rtol: float,
-    budget: float,
+    module: Any, dev: Any, workload: Workload, settings: MeasureSettings
 ) -> list[float] | str:
     """Run the loaded `module` once on `dev` (this machine's or an RPC session's), check its
     outputs against NumPy, then time it; the arguments and the result are `run`'s."""
@@ -100,11 +86,12 @@ def check_and_time(
     module["main"](*args)
     dev.sync()
     first = time.perf_counter() - start
-    if first * (2 + number * repeat) > budget / 2:
+    number, repeat, min_repeat_ms = settings.number, settings.repeat, settings.min_repeat_ms
+    if first * (2 + number * repeat) > settings.run_timeout / 2:
         number, repeat, min_repeat_ms = 1, 1, 0
-    if check:
+    if settings.check_results:
         for index, want in enumerate(expected):
-            error = mismatch(args[len(inputs) + index].numpy(), want, rtol)
+            error = mismatch(args[len(inputs) + index].numpy(), want, settings.rtol)
             if error:
                 return f"wrong result in output {index}: {error}"
     timer = module.time_evaluator(

@@ -21,7 +21,7 @@ from tensortune.sampler.history import (
     KnobSpace,
     is_abandoned,
     read_history,
-    stale_trial_numbers,
+    stale_among,
     trial_config,
 )
 from tensortune.sampler.proposals import RoundSettings, propose_round
@@ -380,7 +380,7 @@ def _claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: dict[st
     failed as stale holds nothing: its config is free again."""
     others = study._storage.get_all_trials(study._study_id, deepcopy=False)
     others = [t for t in others if t.number != trial.number and dict(trial_config(t)) == config]
-    stale = stale_trial_numbers(study) if others else set()
+    stale = stale_among(study, others)
     return any(not is_abandoned(t, stale) for t in others)
 
 

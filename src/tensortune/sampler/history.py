@@ -96,6 +96,14 @@ def stale_trial_numbers(study: optuna.Study) -> set[int]:
     }
 
 
+def stale_among(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial]) -> set[int]:
+    """`stale_trial_numbers`, read from the storage only when one of `trials` failed: only a
+    FAIL can be stale."""
+    if any(t.state == TrialState.FAIL for t in trials):
+        return stale_trial_numbers(study)
+    return set()
+
+
 #: ``failed_stage`` values of trials that failed before a measurement.
 _UNMEASURED = ("device", "interrupted")
 
@@ -123,8 +131,7 @@ def count_finished(study: optuna.Study) -> int:
     trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
     done = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     finished = [t for t in trials if t.state in done]
-    failed = any(t.state == TrialState.FAIL for t in finished)
-    stale = stale_trial_numbers(study) if failed else set()
+    stale = stale_among(study, finished)
     return sum(not is_abandoned(t, stale) for t in finished)
 
 
@@ -140,9 +147,7 @@ def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> 
     """
     finished_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     trials = study._get_trials(deepcopy=False, use_cache=not fresh)
-    # Only a FAIL can be stale: spare the storage a read while there is none.
-    has_failed = any(t.state == TrialState.FAIL for t in trials)
-    stale = stale_trial_numbers(study) if has_failed else set()
+    stale = stale_among(study, trials)
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     configs, values, taken = [], [], set()
     n_finished = 0
