@@ -178,3 +178,46 @@ def test_learned_sampler_proposes_cuda_configs_from_gpu_schedules(tmp_path):
     sources = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
     assert "model" in sources[8:], sources  # the model ranks features of CUDA schedules
     assert set(study.trials[0].params) == {k.name for k in template.knobs}
+
+
+def test_gpu_features_read_launch_shape_and_memory_off_the_program():
+    """Launch dimensions are loops of the nest: the GPU scalars give the threads, blocks and
+    memory that the template computes from the config, and a CPU program has none."""
+    import numpy as np
+
+    from tensortune.features import FeatureExtractor, loop_program
+    from tensortune.features.encodings import GPU_SCALARS, gpu_scalars
+    from tensortune.templates import CpuTemplate
+
+    workload = get_workload("matmul", 64, 64, 64)
+    template = CudaTemplate(workload, TARGET)
+    configs = [c for c in _sample(template, 12, seed=5) if _valid(template, c)]
+    assert len(configs) >= 4
+    for config in configs:
+        scalars = gpu_scalars(loop_program(template.apply(config).mod))
+        values = dict(zip(GPU_SCALARS, scalars, strict=True))
+        blocks = math.prod(template.factors(config)[a.name][0] for a in template.program.spatial)
+        threads = template.threads_per_block(config)
+        assert values["threads_per_block"] == pytest.approx(math.log2(1 + threads))
+        assert values["blocks"] == pytest.approx(math.log2(1 + blocks))
+        assert values["shared_bytes"] == pytest.approx(math.log2(1 + template.shared_bytes(config)))
+        assert values["shared_read_share"] == 1.0  # the update reads only the shared tiles
+    # A one-column k tile makes neighbouring threads load rows 64 floats apart; a 16-wide one
+    # lets them load neighbouring floats.
+    narrow = {"tile_i": "2x1x8x4", "tile_j": "4x1x4x4", "tile_k": "64x1", "unroll": 0, "vector": 1}
+    wide = {**narrow, "tile_k": "4x16"}
+    coalesced = [
+        gpu_scalars(loop_program(template.apply(c).mod))[GPU_SCALARS.index("coalesced_share")]
+        for c in (narrow, wide)
+    ]
+    assert coalesced[0] < 0.5 < 0.8 < coalesced[1], coalesced
+    # Rows of the default feature set differ across these configs in the GPU entries.
+    rows = FeatureExtractor(template)(configs)
+    gpu = rows[:, -len(GPU_SCALARS) :]
+    assert len({tuple(r) for r in gpu}) > 1 and np.isfinite(rows).all()
+    cpu = CpuTemplate(workload)
+    cpu_config = cpu.suggest(optuna.create_study().ask())
+    assert gpu_scalars(loop_program(cpu.apply(cpu_config).mod)) == [0.0] * len(GPU_SCALARS)
+    # MetaSchedule's own features, extracted against the cuda target.
+    per_store = FeatureExtractor(template, "per-store")(configs[:2])
+    assert np.isfinite(per_store).all() and (per_store != 0).any()

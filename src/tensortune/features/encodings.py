@@ -38,6 +38,17 @@ LOOP_ENTRIES = (
 BUFFER_ENTRIES = ("touched_bytes", "stride", "accesses", "reuse")
 #: Summary entries per store (the heaviest few stores of the program).
 STORE_ENTRIES = ("work", "bytes", "vector_width", "parallel_extent", "loops")
+#: GPU launch and memory entries (all zero for a CPU program), last in `curve_features`.
+GPU_SCALARS = (
+    "threads_per_block",
+    "blocks",
+    "vthreads",
+    "warp_efficiency",
+    "shared_bytes",
+    "local_bytes",
+    "shared_read_share",
+    "coalesced_share",
+)
 #: Scalar entries of `curve_features` after the curves.
 CURVE_SCALARS = (
     "work",
@@ -51,6 +62,7 @@ CURVE_SCALARS = (
     "other_vectorized",
     "other_parallel",
     "loops",
+    *GPU_SCALARS,
 )
 
 
@@ -210,6 +222,51 @@ def curve_features(
         if others
         else 1.0,
         float(n),
+        *gpu_scalars(program),
     ]
     out[at : at + len(scalars)] = scalars
     return out
+
+
+def _launch(loops: Sequence[Loop], prefix: str) -> int:
+    return _product([loop for loop in loops if loop.thread.startswith(prefix)])
+
+
+def _scope_bytes(program: LoopProgram, scope: str) -> int:
+    sizes = {
+        a.buffer: math.prod(a.shape) * a.itemsize
+        for s in program.stores
+        for a in s.accesses
+        if a.scope == scope
+    }
+    return sum(sizes.values())
+
+
+def gpu_scalars(program: LoopProgram) -> list[float]:
+    """`GPU_SCALARS` of a program: the main store's launch shape, shared and per-thread local
+    memory, how much of the main store reads from shared memory, and the share of global
+    accesses (weighted by executions) whose address moves between neighbouring ``threadIdx.x``
+    by no more than one thread's vector, i.e. coalesced ones."""
+    main = program.main_store()
+    threads = _launch(main.loops, "threadIdx")
+    if not any(loop.thread for loop in main.loops):
+        return [0.0] * len(GPU_SCALARS)
+    reads = [a for a in main.accesses if not a.write]
+    coalesced = total = 0
+    for store in program.stores:
+        width = _kind_product(store.loops, "vectorized")  # elements one thread moves at once
+        for access in store.accesses:
+            if access.thread_stride < 0 or access.scope != "global":
+                continue
+            total += store.executions
+            coalesced += store.executions * (access.thread_stride <= width)
+    return [
+        _log(threads),
+        _log(_launch(main.loops, "blockIdx")),
+        _log(_launch(main.loops, "vthread")),
+        threads / (32 * math.ceil(threads / 32)),
+        _log(_scope_bytes(program, "shared")),
+        _log(_scope_bytes(program, "local")),
+        sum(a.scope == "shared" for a in reads) / max(len(reads), 1),
+        coalesced / total if total else 0.0,
+    ]

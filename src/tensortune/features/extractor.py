@@ -95,7 +95,9 @@ class FeatureExtractor:
             where.append(i)
         if self.feature_set == "per-store":
             if self._per_store is None:
-                self._per_store = PerStoreExtractor(self.template.workload)
+                # MetaSchedule reads GPU features (threads, shared memory) off a cuda target.
+                target = getattr(self.template, "target", None)
+                self._per_store = PerStoreExtractor(self.template.workload, target)
             for i, row in zip(where, self._per_store(schedules), strict=True):
                 rows[i] = row
             return rows

@@ -30,12 +30,15 @@ class Loop:
         extent: Trip count.
         kind: One of `LOOP_KINDS`.
         auto_unroll: The ``pragma_auto_unroll_max_step`` in effect at this loop (0: none).
+        thread: For a GPU launch dimension (kind ``"thread"``), its tag: ``"blockIdx.x"``,
+            ``"vthread.x"``, ``"threadIdx.x"``, ...; empty for any other loop.
     """
 
     name: str
     extent: int
     kind: str
     auto_unroll: int
+    thread: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +50,9 @@ class Access:
         shape: Buffer shape (compacted for local buffers).
         itemsize: Bytes per element.
         write: Whether the store writes it (a buffer both read and written counts once).
+        scope: Storage scope: ``"global"``, or on GPUs ``"shared"`` / ``"local"``.
+        thread_stride: Elements between the addresses of ``threadIdx.x`` 0 and 1 (all other
+            loops at 0), which decides coalescing; -1 outside a ``threadIdx.x`` launch.
         coefficients: ``coefficients[d][l]``: how far index dimension d moves per step of loop
             l of the nest (for a non-affine index, its span over the loop divided by the
             loop's steps, rounded up).
@@ -57,6 +63,8 @@ class Access:
     itemsize: int
     write: bool
     coefficients: tuple[tuple[int, ...], ...]
+    scope: str = "global"
+    thread_stride: int = -1
 
     def stride(self, level: int) -> int:
         """Elements moved in the row-major buffer per step of loop `level`."""
@@ -149,6 +157,8 @@ def loop_program(mod: IRModule) -> LoopProgram:
 
 _KIND_NAMES = {0: "serial", 1: "parallel", 2: "vectorized", 3: "unrolled", 4: "thread"}
 _AUTO_UNROLL = "pragma_auto_unroll_max_step"
+#: Attributes that open a GPU launch dimension once blocks are lowered (``launch_thread``).
+_LAUNCH = ("thread_extent", "virtual_thread")
 
 
 def walk(body: Any) -> LoopProgram:
@@ -159,28 +169,48 @@ def walk(body: Any) -> LoopProgram:
 
     analyzer = sym.Analyzer()
     stack: list[tuple[Any, Loop]] = []
+    # A launch whose tag is already open names the same hardware index with a new variable
+    # (cooperative loads do this): (that variable, the level of the open one).
+    aliases: list[tuple[Any, int]] = []
     pragmas: dict[str, int] = {}
     stores: list[Store] = []
 
-    def on_attr(node: Any, visitor: Any) -> Any:
-        if node.attr_key == _AUTO_UNROLL:
-            pragmas[node.node.name] = int(node.value)
-        return visitor.default_visit(node)
-
-    def on_for(node: Any, visitor: Any) -> Any:
-        name = node.loop_var.name
+    def nest(var: Any, extent: Any, kind: str, thread: str, node: Any, visitor: Any) -> Any:
         inherited = stack[-1][1].auto_unroll if stack else 0
         loop = Loop(
-            name=name,
-            extent=int(node.extent),
-            kind=_KIND_NAMES.get(int(node.kind), "serial"),
-            auto_unroll=pragmas.pop(name, inherited),
+            name=var.name,
+            extent=int(extent),
+            kind=kind,
+            auto_unroll=pragmas.pop(var.name, inherited),
+            thread=thread,
         )
-        stack.append((node.loop_var, loop))
+        stack.append((var, loop))
         try:
             return visitor.default_visit(node)
         finally:
             stack.pop()
+
+    def on_attr(node: Any, visitor: Any) -> Any:
+        if node.attr_key == _AUTO_UNROLL:
+            pragmas[node.node.name] = int(node.value)
+        elif node.attr_key in _LAUNCH:
+            # A launch dimension is a loop run by the hardware: it belongs in the nest.
+            iv = node.node
+            tag = str(iv.thread_tag)
+            level = next((i for i, (_, lp) in enumerate(stack) if lp.thread == tag), None)
+            if level is None:
+                return nest(iv.var, node.value, "thread", tag, node, visitor)
+            aliases.append((iv.var, level))
+            try:
+                return visitor.default_visit(node)
+            finally:
+                aliases.pop()
+        return visitor.default_visit(node)
+
+    def on_for(node: Any, visitor: Any) -> Any:
+        kind = _KIND_NAMES.get(int(node.kind), "serial")
+        thread = str(node.thread_binding.thread_tag) if node.thread_binding else ""
+        return nest(node.loop_var, node.extent, kind, thread, node, visitor)
 
     def on_store(node: Any, visitor: Any) -> None:
         loads: list[Any] = []
@@ -214,10 +244,12 @@ def walk(body: Any) -> LoopProgram:
                 itemsize=max(1, tvm.DataType(buffer.dtype).bits // 8),
                 write=write,
                 coefficients=tuple(
-                    _coefficients(analyzer, index, loop_vars, loops) for index in indices
+                    _coefficients(analyzer, index, loop_vars, loops, aliases) for index in indices
                 ),
+                scope=str(buffer.scope()),
+                thread_stride=_thread_stride(analyzer, buffer, indices, stack, aliases),
             )
-        stores.append(Store(loops=loops, accesses=tuple(seen.values()), arith=counts))
+        stores.append(_without_idle_vthreads(Store(loops, tuple(seen.values()), counts)))
 
     tvm_ffi.structural_visit(
         body, [(tirx.AttrStmt, on_attr), (tirx.For, on_for), (tirx.BufferStore, on_store)]
@@ -225,25 +257,87 @@ def walk(body: Any) -> LoopProgram:
     return LoopProgram(stores=tuple(stores))
 
 
+def _thread_stride(
+    analyzer: Any,
+    buffer: Any,
+    indices: Sequence[Any],
+    stack: Sequence[tuple[Any, Loop]],
+    aliases: Sequence[tuple[Any, int]],
+) -> int:
+    """Row-major address of `indices` at ``threadIdx.x`` = 1 minus at 0, other loops at 0.
+    Fused cooperative loads index through floordiv/floormod, so this evaluates the index at
+    both points rather than reading a linear coefficient."""
+    from tvm import sym
+
+    level = next((i for i, (_, lp) in enumerate(stack) if lp.thread == "threadIdx.x"), None)
+    if level is None:
+        return -1
+
+    def address(value: int) -> int:
+        dom = {var: sym.IntervalSet(0, 0) for var, _ in stack}
+        for var in [stack[level][0], *(a for a, at in aliases if at == level)]:
+            dom[var] = sym.IntervalSet(value, value)
+        total = 0
+        for index, size in zip(indices, buffer.shape, strict=True):
+            total = total * int(size) + int(analyzer.int_set(index, dom).min_value)
+        return total
+
+    try:
+        return abs(address(1) - address(0))
+    except (TypeError, ValueError):
+        return -1  # an index over variables that are not loops here
+
+
+def _without_idle_vthreads(store: Store) -> Store:
+    """The store without virtual threads its indices ignore: TVM replicates a statement only
+    over the virtual threads it uses, so such a loop does not run it again."""
+    idle = [
+        level
+        for level, loop in enumerate(store.loops)
+        if loop.thread.startswith("vthread")
+        and not any(c[level] for a in store.accesses for c in a.coefficients)
+    ]
+    if not idle:
+        return store
+
+    def keep(values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(v for level, v in enumerate(values) if level not in idle)
+
+    accesses = tuple(
+        dataclasses.replace(a, coefficients=tuple(keep(c) for c in a.coefficients))
+        for a in store.accesses
+    )
+    return Store(keep(store.loops), accesses, store.arith)
+
+
 def _coefficients(
-    analyzer: Any, index: Any, loop_vars: Sequence[Any], loops: Sequence[Loop]
+    analyzer: Any,
+    index: Any,
+    loop_vars: Sequence[Any],
+    loops: Sequence[Loop],
+    aliases: Sequence[tuple[Any, int]] = (),
 ) -> tuple[int, ...]:
+    """Per-loop index steps; an alias's step counts towards the loop it stands for."""
     from tvm import sym
 
     if not loop_vars:
         return ()
-    linear = sym.detect_linear_equation(index, list(loop_vars))
-    if len(linear) == len(loop_vars) + 1 and all(
-        isinstance(c, tvm_int_types()) for c in linear[:-1]
-    ):
-        return tuple(int(c) for c in linear[:-1])
+    names = [*loop_vars, *(var for var, _ in aliases)]
+    linear = sym.detect_linear_equation(index, names)
+    if len(linear) == len(names) + 1 and all(isinstance(c, tvm_int_types()) for c in linear[:-1]):
+        steps = [int(c) for c in linear[: len(loop_vars)]]
+        for (_, level), c in zip(aliases, linear[len(loop_vars) : -1], strict=True):
+            steps[level] += int(c)
+        return tuple(steps)
     # Non-affine (a fused loop's floordiv/floormod): the index's span over each loop alone.
     out = []
-    for var, loop in zip(loop_vars, loops, strict=True):
+    for level, (var, loop) in enumerate(zip(loop_vars, loops, strict=True)):
         if loop.extent <= 1:
             out.append(0)
             continue
-        bounds = analyzer.int_set(index, {var: sym.IntervalSet(0, loop.extent - 1)})
+        span_of = sym.IntervalSet(0, loop.extent - 1)
+        ranges = {var: span_of, **{a: span_of for a, at in aliases if at == level}}
+        bounds = analyzer.int_set(index, ranges)
         try:
             span = int(analyzer.simplify(bounds.max_value - bounds.min_value))
         except (TypeError, ValueError):

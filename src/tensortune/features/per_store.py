@@ -27,7 +27,7 @@ class PerStoreExtractor:
 
     Args:
         workload: The operator at its shape.
-        target: A `tvm.target.Target`; default None: plain ``llvm``.
+        target: A `tvm.target.Target` or target dict; default None: this machine's CPU.
     """
 
     def __init__(self, workload: Workload, target: Any = None) -> None:
@@ -42,9 +42,8 @@ class PerStoreExtractor:
         from tensortune.target import host_cores, host_cpu
 
         func = self.workload.prim_func()
-        target = self.target or tvm.target.Target(
-            {"kind": "llvm", "mcpu": host_cpu(), "num-cores": host_cores()}
-        )
+        spec = self.target or {"kind": "llvm", "mcpu": host_cpu(), "num-cores": host_cores()}
+        target = spec if isinstance(spec, tvm.target.Target) else tvm.target.Target(spec)
         args = ms.arg_info.ArgInfo.from_prim_func(func)
         return _bare_context(func, target), args, ms.feature_extractor.PerStoreFeature()
 
