@@ -1,14 +1,18 @@
-"""GPU study, for a machine with an NVIDIA GPU: tensortune's CUDA template against cuBLAS / cuDNN.
+"""GPU study, for a machine with an NVIDIA GPU: tensortune's CUDA template against cuBLAS /
+cuDNN and against TVM's MetaSchedule, side by side in one run.
 
-Tunes matmul 1024³ and the ResNet-18 C7 and C12 convolutions on the local GPU with the learned
-sampler and prints each study's best beside the vendor baseline that `tensortune.tune` measures
-when it creates a study (PyTorch's cuBLAS for matmul, cuDNN for conv2d; TF32 off, so all run in
-plain float32), with the trials it took to pass the vendor and the wall time. Results go to
-``--out`` as CSV; the studies stay in ``--storage`` and resume when run again.
+For each of matmul 1024³ and the ResNet-18 C7 and C12 convolutions it tunes on the local GPU
+with the learned sampler, then runs MetaSchedule (XGBoost + evolutionary search) for the same
+number of trials, then re-times both winners interleaved with the same settings. Each row gives
+the best kernel against the vendor baseline that `tensortune.tune` measures when it creates a
+study (PyTorch's cuBLAS for matmul, cuDNN for conv2d; TF32 off, so all in plain float32), the
+trials each tuner took to pass the vendor, and the wall time. Results go to ``--out``
+(``gpu_study.csv``, one row per workload and tuner; ``gpu_study_curves.csv``, best so far per
+trial); our studies stay in ``--storage`` and resume when run again.
 
     pip install -e '.[baselines]'                      # torch, for the vendor baselines
     python studies/gpu_study.py                        # 192 trials each, arch of GPU 0
-    python studies/gpu_study.py --trials 64 --workloads matmul-1024
+    python studies/gpu_study.py --trials 64 --workloads matmul-1024 --no-peer
 
 On a machine without a GPU it stops at once with the reason.
 """
@@ -17,13 +21,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import tempfile
 import time
+from typing import Any
 
-from results_io import write_csv
+import metaschedule_peer
+from results_io import best_so_far, write_csv
 
 from tensortune.errors import TensortuneError
-from tensortune.workloads import PRESETS
+from tensortune.templates import template_for
+from tensortune.workloads import PRESETS, get_workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: Label → (workload name, shape).
@@ -32,6 +41,48 @@ WORKLOADS = {
     "resnet18-c7": PRESETS["resnet18-c7"],
     "resnet18-c12": PRESETS["resnet18-c12"],
 }
+#: Rounds of interleaved re-timing of the winners.
+RETIME_ROUNDS = 5
+
+
+def trials_to_pass(values: list[float | None], vendor: float | None) -> int | str:
+    """1-based trial at which a tuner first beat the vendor ('' if never)."""
+    if not vendor:
+        return ""
+    return next((i + 1 for i, v in enumerate(values) if v is not None and v > vendor), "")
+
+
+def run_ours(label: str, target: dict[str, Any], args: argparse.Namespace) -> Any:
+    import tensortune
+
+    name, shape = WORKLOADS[label]
+    return tensortune.tune(
+        name,
+        target=target,
+        shape=shape,
+        n_trials=args.trials,
+        storage=args.storage,
+        study_name=f"gpu-{label}-seed{args.seed}",
+        seed=args.seed,
+    )
+
+
+def retime(workload: Any, target: dict[str, Any], kernels: dict[str, tuple[Any, dict]]) -> dict:
+    """Median seconds of each tuner's best kernel, timed round-robin so drift hits all alike."""
+    from tensortune.measure import Measurer, MeasureSettings
+
+    settings = MeasureSettings(repeat=5, min_repeat_ms=100)
+    costs: dict[str, list[float]] = {tuner: [] for tuner in kernels}
+    measurers = {t: Measurer(tpl, target, settings) for t, (tpl, _) in kernels.items()}
+    try:
+        for _ in range(RETIME_ROUNDS):
+            for tuner, measurer in measurers.items():
+                result = measurer.measure([kernels[tuner][1]])[0]
+                costs[tuner].extend(result.costs or [])
+    finally:
+        for measurer in measurers.values():
+            measurer.close()
+    return {tuner: statistics.median(c) for tuner, c in costs.items() if c}
 
 
 def main() -> int:
@@ -45,7 +96,10 @@ def main() -> int:
         default=list(WORKLOADS),
         help="default: all of " + ", ".join(WORKLOADS),
     )
-    parser.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of both tuners (default 0)")
+    parser.add_argument(
+        "--no-peer", action="store_true", help="skip MetaSchedule (default: run it too)"
+    )
     parser.add_argument(
         "--storage",
         default=f"sqlite:///{os.path.join(HERE, 'work', 'gpu_study.db')}",
@@ -54,48 +108,85 @@ def main() -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
     args = parser.parse_args()
 
-    import tensortune
+    from tensortune.measure import MeasureSettings
+    from tensortune.target import target_spec
 
-    target = {"kind": "cuda", **({"arch": args.arch} if args.arch else {})}
+    try:
+        target = target_spec({"kind": "cuda", **({"arch": args.arch} if args.arch else {})})
+    except TensortuneError as err:
+        print(f"gpu_study: {err}", file=sys.stderr)
+        return 2
     os.makedirs(os.path.join(HERE, "work"), exist_ok=True)
-    rows = []
+    rows, curves = [], []
     for label in args.workloads:
-        name, shape = WORKLOADS[label]
+        workload = get_workload(WORKLOADS[label][0], **WORKLOADS[label][1])
         start = time.perf_counter()
         try:
-            study = tensortune.tune(
-                name,
-                target=target,
-                shape=shape,
-                n_trials=args.trials,
-                storage=args.storage,
-                study_name=f"gpu-{label}-seed{args.seed}",
-                seed=args.seed,
-            )
+            study = run_ours(label, target, args)
         except TensortuneError as err:
             print(f"gpu_study: {err}", file=sys.stderr)
             return 2
-        values = [t.value for t in sorted(study.trials, key=lambda t: t.number)]
-        best = max(v for v in values if v is not None)
+        ours_wall = time.perf_counter() - start
         vendor = study.user_attrs.get("vendor_gflops")
-        passed = next(
-            (i + 1 for i, v in enumerate(values) if vendor and v is not None and v > vendor), None
-        )
-        rows.append(
-            {
-                "workload": label,
-                "trials": len(values),
-                "best_gflops": round(best, 1),
-                "best_us": round(study.user_attrs["flop_count"] / best / 1e3, 2),
-                "vendor": study.user_attrs.get("vendor_library", ""),
-                "vendor_gflops": round(vendor, 1) if vendor else "",
-                "ratio": round(best / vendor, 3) if vendor else "",
-                "trials_to_pass_vendor": passed or "",
-                "wall_s": round(time.perf_counter() - start, 1),
-            }
-        )
-        print(rows[-1], flush=True)
-    write_csv(os.path.join(args.out, "gpu_study.csv"), rows)
+        values = {"tensortune": [t.value for t in sorted(study.trials, key=lambda t: t.number)]}
+        walls = {"tensortune": ours_wall}
+        best = study.best_trial
+        template = template_for(workload, target)
+        kernels = {"tensortune": (template, {**best.params})}
+        curves += best_so_far(study, workload=label, tuner="tensortune", seed=args.seed)
+        if not args.no_peer:
+            with tempfile.TemporaryDirectory() as work_dir:
+                peer = metaschedule_peer.tune(
+                    workload,
+                    metaschedule_peer.cuda_peer_target(target),
+                    args.trials,
+                    args.seed,
+                    MeasureSettings(),
+                    work_dir,
+                )
+            values["metaschedule"] = [v or None for v in peer.gflops]
+            walls["metaschedule"] = peer.wall_s
+            kernels["metaschedule"] = (
+                metaschedule_peer.ScriptTemplate(workload),
+                {"script": peer.best_script},
+            )
+            best_peer = 0.0
+            for i, (v, elapsed) in enumerate(zip(peer.gflops, peer.elapsed_s, strict=True)):
+                best_peer = max(best_peer, v)
+                curves.append(
+                    {
+                        "workload": label,
+                        "tuner": "metaschedule",
+                        "seed": args.seed,
+                        "trial": i + 1,
+                        "gflops": round(v, 3) if v else "",
+                        "best_gflops": round(best_peer, 3),
+                        "state": "COMPLETE" if v else "FAIL",
+                        "elapsed_s": round(elapsed, 2),
+                    }
+                )
+        seconds = retime(workload, target, kernels)
+        for tuner, tuner_values in values.items():
+            found = max((v for v in tuner_values if v is not None), default=0.0)
+            retimed = workload.flop_count / seconds[tuner] / 1e9 if tuner in seconds else None
+            rows.append(
+                {
+                    "workload": label,
+                    "tuner": tuner,
+                    "trials": len(tuner_values),
+                    "best_gflops": round(found, 1),
+                    "retimed_gflops": round(retimed, 1) if retimed else "",
+                    "retimed_us": round(seconds[tuner] * 1e6, 2) if tuner in seconds else "",
+                    "vendor": study.user_attrs.get("vendor_library", ""),
+                    "vendor_gflops": round(vendor, 1) if vendor else "",
+                    "ratio_to_vendor": round(retimed / vendor, 3) if vendor and retimed else "",
+                    "trials_to_pass_vendor": trials_to_pass(tuner_values, vendor),
+                    "wall_s": round(walls[tuner], 1),
+                }
+            )
+            print(rows[-1], flush=True)
+        write_csv(os.path.join(args.out, "gpu_study.csv"), rows)
+        write_csv(os.path.join(args.out, "gpu_study_curves.csv"), curves)
     return 0
 
 

@@ -57,6 +57,18 @@ class ScriptTemplate:
         return s_tir.Schedule(tvm.script.from_source(config["script"]))
 
 
+def cuda_peer_target(target: dict[str, Any]) -> dict[str, Any]:
+    """A cuda target with the limits MetaSchedule's GPU rules read, as TVM's H100 tag has them
+    (1024 threads, 48 KiB shared memory per block without opt-in, warps of 32)."""
+    return {
+        "max_threads_per_block": 1024,
+        "max_shared_memory_per_block": 49152,
+        "thread_warp_size": 32,
+        "registers_per_block": 65536,
+        **target,
+    }
+
+
 def fast_build(mod: Any, target: Any, _params: Any) -> Any:
     """MetaSchedule's build without its per-batch re-import of TVM's tensor intrinsics."""
     import tvm
@@ -77,7 +89,8 @@ def tune(
 
     Args:
         workload: The operator and shape.
-        target: Target dict (`tensortune.target.target_spec`); it must name ``num-cores``.
+        target: Target dict (`tensortune.target.target_spec`); a cuda one must name its limits
+            (`cuda_peer_target`). ``num-cores`` sets the search threads (default: all cores).
         n_trials: Candidates to build and time.
         seed: MetaSchedule's random seed.
         settings: Timing settings shared with our tuners (number, repeat, min_repeat_ms).
@@ -107,7 +120,8 @@ def tune(
                 if value > best["gflops"]:
                     best.update(gflops=value, script=candidate.sch.mod.script())
 
-    os.environ.setdefault("TVM_NUM_THREADS", str(target["num-cores"]))
+    cores = int(target.get("num-cores") or os.cpu_count() or 1)  # a cuda target names none
+    os.environ.setdefault("TVM_NUM_THREADS", str(cores))
     # Its per-task tables and XGBoost iterations also go to work_dir/logs.
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     callbacks = [*ms.measure_callback.MeasureCallback.create("default"), Recorder()]
@@ -125,7 +139,7 @@ def tune(
         num_trials_per_iter=min(trials_per_iter, n_trials),
         cost_model="xgb",
         strategy="evolutionary",
-        num_tuning_cores=int(target["num-cores"]),
+        num_tuning_cores=cores,
         seed=seed,
         builder=ms.builder.LocalBuilder(max_workers=settings.build_workers, f_build=fast_build),
         runner=ms.runner.LocalRunner(evaluator_config=evaluator),

@@ -152,3 +152,18 @@ def test_transfer_quick(tmp_path):
     table = (tmp_path / "transfer_summary.md").read_text()
     assert table.count("| matmul-shape |") == 4
     assert (tmp_path / "transfer.png").stat().st_size > 0
+
+
+def test_gpu_study_stops_at_once_without_a_gpu(tmp_path):
+    """The one-command GPU study refuses a GPU-less machine before tuning or writing."""
+    storage = f"sqlite:///{tmp_path / 'gpu.db'}"
+    args = ["--arch", "sm_90", "--trials", "2", "--storage", storage, "--out", str(tmp_path / "o")]
+    done = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "gpu_study.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("gpu_study: no CUDA GPU")
+    assert not (tmp_path / "gpu.db").exists() and not (tmp_path / "o").exists()
