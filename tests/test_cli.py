@@ -150,7 +150,11 @@ BAD_INPUTS = [
     (["tune", "matmul", "--shape", "4,4,4", "--repeat", "0"], "repeat must be at least 1"),
     (
         ["tune", "matmul", "--shape", "4,4,4", "--sampler", "tpe", "--acquisition", "ei"],
-        "--acquisition and --loss apply to the costmodel sampler only",
+        "--acquisition, --loss and --cost-model apply to the costmodel sampler only",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--sampler", "tpe", "--cost-model", "treegru"],
+        "--acquisition, --loss and --cost-model apply to the costmodel sampler only",
     ),
     (["tune", "matmul", "--shape", "4,4,4", "--batch-size", "0"], "batch_size must be at least 1"),
     (["best", "--study", "nope"], "no storage at sqlite:///tensortune.db"),

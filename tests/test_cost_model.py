@@ -16,7 +16,7 @@ from tensortune.cost_model import (
     expected_improvement,
     upper_confidence_bound,
 )
-from tensortune.cost_model.xgb import cap_rows
+from tensortune.cost_model.training_rows import cap_rows
 
 TAU_FLOOR = 0.6
 # The models below train on one thread: OpenMP workers spin-wait, and on a small machine busy

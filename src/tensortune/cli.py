@@ -67,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
         help="costmodel: train the cost model to rank or to regress throughput (default rank)",
     )
     tune.add_argument(
+        "--cost-model",
+        choices=("xgb", "treegru"),
+        default=None,
+        help="costmodel: XGBoost over program features, or a TreeGRU over the loop tree "
+        "(needs PyTorch) (default xgb)",
+    )
+    tune.add_argument(
         "--transfer-from",
         action="append",
         default=[],
@@ -193,6 +200,7 @@ def _tune(args: argparse.Namespace) -> None:
             acquisition=args.acquisition,
             loss=args.loss,
             source_studies=sources,
+            cost_model=args.cost_model,
         ),
         settings=settings,
         batch_size=args.batch_size,

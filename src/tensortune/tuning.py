@@ -153,6 +153,7 @@ def make_sampler(
     acquisition: str | None = None,
     loss: str | None = None,
     source_studies: Sequence[optuna.Study] = (),
+    cost_model: str | None = None,
 ) -> optuna.samplers.BaseSampler:
     """An Optuna sampler by name, seeded with `seed` (default None: unseeded).
 
@@ -167,9 +168,20 @@ def make_sampler(
         loss: ``rank`` or ``reg``; costmodel only. Default None (``rank``).
         source_studies: Prior studies that warm-start the cost model; costmodel only.
             Default ``()``: a cold start.
+        cost_model: ``xgb`` or ``treegru`` (needs PyTorch); costmodel only. Default None
+            (``xgb``).
     """
-    if name != "costmodel" and (acquisition is not None or loss is not None):
-        raise TensortuneError("--acquisition and --loss apply to the costmodel sampler only")
+    if name != "costmodel" and (acquisition, loss, cost_model) != (None, None, None):
+        raise TensortuneError(
+            "--acquisition, --loss and --cost-model apply to the costmodel sampler only"
+        )
+    if cost_model == "treegru":
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise TensortuneError(
+                "the treegru cost model needs PyTorch: pip install 'tensortune[treegru]'"
+            )
     if name != "costmodel" and source_studies:
         raise TensortuneError("transfer from prior studies needs the costmodel sampler")
     if name == "costmodel":
@@ -178,6 +190,7 @@ def make_sampler(
         try:
             return CostModelSampler(
                 template,
+                cost_model=cost_model or "xgb",
                 acquisition=acquisition or "mean",
                 loss=loss or "rank",
                 batch_size=batch_size,

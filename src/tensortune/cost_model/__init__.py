@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tensortune.cost_model.acquisition import (
     ACQUISITIONS,
     acquire,
@@ -11,12 +13,31 @@ from tensortune.cost_model.acquisition import (
 from tensortune.cost_model.evaluation import kendall_tau, top_k_recall
 from tensortune.cost_model.xgb import BootstrapXGBModel
 
+#: Cost models by name, with the feature set each reads by default.
+COST_MODELS = {"xgb": "curve", "treegru": "loop-tree"}
+
+
+def make_cost_model(name: str, loss: str, n_models: int, seed: int) -> Any:
+    """A fresh cost model by name (one of `COST_MODELS`): `BootstrapXGBModel` or
+    `tensortune.cost_model.treegru.TreeGRUModel` (imported only when asked for: it needs
+    PyTorch)."""
+    if name == "xgb":
+        return BootstrapXGBModel(loss=loss, n_models=n_models, seed=seed)
+    if name == "treegru":
+        from tensortune.cost_model.treegru import TreeGRUModel
+
+        return TreeGRUModel(loss=loss, n_models=n_models, seed=seed)
+    raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
+
+
 __all__ = [
     "ACQUISITIONS",
+    "COST_MODELS",
     "BootstrapXGBModel",
     "acquire",
     "expected_improvement",
     "kendall_tau",
+    "make_cost_model",
     "top_k_recall",
     "upper_confidence_bound",
 ]

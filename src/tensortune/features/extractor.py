@@ -14,6 +14,8 @@ from tensortune.features.encodings import (
     itervar_features,
     itervar_length,
 )
+from tensortune.features.loop_tree import LENGTH as LOOP_TREE_LENGTH
+from tensortune.features.loop_tree import loop_tree_features
 from tensortune.features.loops import loop_program
 from tensortune.features.per_store import LENGTH as PER_STORE_LENGTH
 from tensortune.features.per_store import PerStoreExtractor
@@ -22,8 +24,9 @@ if TYPE_CHECKING:
     from tensortune.templates import Template
 
 #: Feature sets by name: the relation encoding (length independent of the operator), the
-#: per-loop encoding, and TVM MetaSchedule's per-store features.
-FEATURE_SETS = ("curve", "itervar", "per-store")
+#: per-loop encoding, TVM MetaSchedule's per-store features, and the loop tree itself (the
+#: TreeGRU's input, see `tensortune.features.loop_tree`).
+FEATURE_SETS = ("curve", "itervar", "per-store", "loop-tree")
 
 
 def feature_length(feature_set: str) -> int:
@@ -34,6 +37,8 @@ def feature_length(feature_set: str) -> int:
         return itervar_length(16, 4, 4)
     if feature_set == "per-store":
         return PER_STORE_LENGTH
+    if feature_set == "loop-tree":
+        return LOOP_TREE_LENGTH
     raise ValueError(f"unknown feature set {feature_set!r}; choose one of {FEATURE_SETS}")
 
 
@@ -49,16 +54,17 @@ class FeatureExtractor:
             operators and shapes, which transfer between studies needs, and ranks as well as
             the others within one study (``studies/features.py``).
         cache_size: Configs whose rows are kept (least recently used dropped first).
-            Default 100000, about 80 MB of curve rows: more than a long search visits.
+            Default None: as many as fit in 80 MB (100000 curve rows, more than a long search
+            visits; 10000 loop trees).
     """
 
     def __init__(
-        self, template: Template, feature_set: str = "curve", cache_size: int = 100_000
+        self, template: Template, feature_set: str = "curve", cache_size: int | None = None
     ) -> None:
         self.template = template
         self.feature_set = feature_set
-        self.cache_size = cache_size
         self.length = feature_length(feature_set)
+        self.cache_size = cache_size or max(1000, 80_000_000 // (4 * self.length))
         self._cache: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
         self._per_store: PerStoreExtractor | None = None
 
@@ -101,7 +107,11 @@ class FeatureExtractor:
             for i, row in zip(where, self._per_store(schedules), strict=True):
                 rows[i] = row
             return rows
-        encode = curve_features if self.feature_set == "curve" else itervar_features
+        encode = {
+            "curve": curve_features,
+            "itervar": itervar_features,
+            "loop-tree": loop_tree_features,
+        }[self.feature_set]
         for i, schedule in zip(where, schedules, strict=True):
             rows[i] = encode(loop_program(schedule.mod))
         return rows

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ class Loop:
         auto_unroll: The ``pragma_auto_unroll_max_step`` in effect at this loop (0: none).
         thread: For a GPU launch dimension (kind ``"thread"``), its tag: ``"blockIdx.x"``,
             ``"vthread.x"``, ``"threadIdx.x"``, ...; empty for any other loop.
+        uid: Number of this loop in the program (1, 2, ... in program order), which tells the
+            loops two stores share from equal-looking siblings (the loop tree needs it).
     """
 
     name: str
@@ -39,6 +42,7 @@ class Loop:
     kind: str
     auto_unroll: int
     thread: str = ""
+    uid: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +173,7 @@ def walk(body: Any) -> LoopProgram:
 
     analyzer = sym.Analyzer()
     stack: list[tuple[Any, Loop]] = []
+    uids = itertools.count(1)
     # A launch whose tag is already open names the same hardware index with a new variable
     # (cooperative loads do this): (that variable, the level of the open one).
     aliases: list[tuple[Any, int]] = []
@@ -183,6 +188,7 @@ def walk(body: Any) -> LoopProgram:
             kind=kind,
             auto_unroll=pragmas.pop(var.name, inherited),
             thread=thread,
+            uid=next(uids),
         )
         stack.append((var, loop))
         try:

@@ -40,9 +40,10 @@ if TYPE_CHECKING:
 class CostModelSampler(BaseSampler):
     """Proposes configs of a schedule template with a learned cost model (AutoTVM's method).
 
-    Each round fits a bootstrap ensemble of XGBoost models on the features of the loop
-    programs measured so far, runs parallel simulated annealing over the knob space with the
-    acquisition as energy (chains continue from the last round), keeps the best
+    Each round fits a bootstrap ensemble of cost models (XGBoost over program features, or a
+    TreeGRU over the loop tree itself) on the loop programs measured so far, runs parallel
+    simulated annealing over the knob space with the acquisition as energy (chains continue
+    from the last round), keeps the best
     ``candidate_factor * batch_size`` configs never measured or in flight, picks
     ``batch_size`` of them for quality and diversity, swaps an ``epsilon`` share for random
     configs, and hands them out to the next trials. Trials that are running (other threads or
@@ -62,8 +63,14 @@ class CostModelSampler(BaseSampler):
     Args:
         template: The knobs → schedule template. Default None: built from the study's
             ``workload``/``shape`` user attrs, as `tensortune.tune` writes them.
+        cost_model: ``"xgb"`` (`tensortune.cost_model.BootstrapXGBModel`) or ``"treegru"``
+            (`tensortune.cost_model.treegru.TreeGRUModel`, needs PyTorch; each round goes on
+            training the last round's networks). Default ``"xgb"``: as good or better in
+            ``studies/cost_models.py`` at a fraction of the training time.
         feature_set: Program features, one of `tensortune.features.FEATURE_SETS`. Default
-            ``"curve"``: operator-independent, so prior studies of other operators can train it.
+            None: the model's own, ``"curve"`` for xgb (operator-independent, so prior studies
+            of other operators can train it) and ``"loop-tree"`` for treegru, which reads
+            nothing else.
         loss: ``"rank"`` (pairwise ranking, the paper's choice: only the order matters) or
             ``"reg"`` (squared error on relative throughput). Default ``"rank"``.
         acquisition: ``"mean"``, ``"ei"`` or ``"ucb"`` over the ensemble's mean and spread.
@@ -107,7 +114,8 @@ class CostModelSampler(BaseSampler):
         self,
         template: Template | None = None,
         *,
-        feature_set: str = "curve",
+        cost_model: str = "xgb",
+        feature_set: str | None = None,
         loss: str = "rank",
         acquisition: str = "mean",
         n_models: int = 3,
@@ -124,9 +132,16 @@ class CostModelSampler(BaseSampler):
         source_starts: int = 16,
         seed: int | None = None,
     ) -> None:
-        from tensortune.cost_model import ACQUISITIONS
+        from tensortune.cost_model import ACQUISITIONS, COST_MODELS
         from tensortune.features import FEATURE_SETS
 
+        if cost_model not in COST_MODELS:
+            raise ValueError(
+                f"unknown cost_model {cost_model!r}; choose one of {', '.join(COST_MODELS)}"
+            )
+        feature_set = feature_set or COST_MODELS[cost_model]
+        if cost_model == "treegru" and feature_set != "loop-tree":
+            raise ValueError(f"the treegru cost model reads loop trees, not {feature_set!r}")
         for name, value, choices in (
             ("feature_set", feature_set, FEATURE_SETS),
             ("loss", loss, ("rank", "reg")),
@@ -168,6 +183,7 @@ class CostModelSampler(BaseSampler):
             anneal_steps=anneal_steps,
             restart_share=restart_share,
             source_half_life=source_half_life,
+            cost_model=cost_model,
         )
         self.source_studies = list(source_studies)
         self.source_starts = source_starts
@@ -183,6 +199,7 @@ class CostModelSampler(BaseSampler):
         self._fitted_at = -1
         self._round = 0
         self._sources: SourceRows | None = None
+        self._model: Any = None
         #: Wall time per phase of the last model round (for benchmarks and the curious).
         self.last_round_seconds: dict[str, float] = {}
 
@@ -278,6 +295,7 @@ class CostModelSampler(BaseSampler):
         self._chains = None
         self._fitted_at = -1
         self._sources = None
+        self._model = None
 
     def _next_config(
         self, study: optuna.Study, fresh: bool = False
@@ -335,7 +353,10 @@ class CostModelSampler(BaseSampler):
             self._rng,
             prior=self._sources,
             prior_starts=self._prior_starts(),
+            # The TreeGRU goes on from its last weights; XGBoost refits from scratch anyway.
+            model=self._model if self.settings.cost_model == "treegru" else None,
         )
+        self._model = result.model
         self._chains = result.states
         self._fitted_at = history.n_finished
         self._round += 1

@@ -6,10 +6,11 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from tensortune.cost_model import BootstrapXGBModel, acquire
+from tensortune.cost_model import acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.transfer import SourceRows, source_weight
 from tensortune.search import anneal, diverse_greedy, random_configs, with_random_share
@@ -33,6 +34,7 @@ class RoundSettings:
     anneal_steps: int
     restart_share: float
     source_half_life: float = 32.0
+    cost_model: str = "xgb"
 
 
 @dataclasses.dataclass
@@ -46,6 +48,7 @@ class Round:
         states: Annealing chain states to continue from next round.
         seconds: Wall time per phase: ``features``, ``fit``, ``search``, ``select``.
         n_scored: Configs the annealer scored (cached features included).
+        model: The fitted cost model, for the next round to go on from.
     """
 
     configs: np.ndarray
@@ -54,6 +57,7 @@ class Round:
     states: np.ndarray
     seconds: dict[str, float]
     n_scored: int
+    model: Any = None
 
 
 def fit_cost_model(
@@ -62,10 +66,12 @@ def fit_cost_model(
     settings: RoundSettings,
     seed: int,
     prior: SourceRows | None = None,
-) -> tuple[BootstrapXGBModel, np.ndarray, np.ndarray]:
-    """The bootstrap model fit on the measured configs and the `prior` studies' rows; also returns
+    model: Any = None,
+) -> tuple[Any, np.ndarray, np.ndarray]:
+    """The cost model fit on the measured configs and the `prior` studies' rows; also returns
     the study's own feature rows and scaled targets (rows the template can't schedule are left
-    out).
+    out). A `model` from an earlier round is fit again (the TreeGRU goes on from its weights);
+    default None: a fresh ``settings.cost_model``.
 
     Each source workload is its own rank query and its rows weigh
     `tensortune.sampler.transfer.source_weight` of a local row's weight, which falls as the
@@ -74,7 +80,8 @@ def fit_cost_model(
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
     X, y = features[usable], targets[usable]
-    model = BootstrapXGBModel(loss=settings.loss, n_models=settings.n_models, seed=seed)
+    if model is None:
+        model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
     if prior is None or not len(prior):
         model.fit(X, y)
         return model, X, y
@@ -128,14 +135,15 @@ def propose_round(
     rng: np.random.Generator,
     prior: SourceRows | None = None,
     prior_starts: np.ndarray | None = None,
+    model: Any = None,
 ) -> Round:
-    """Fit (on the study's history and the `prior` studies' rows), anneal from `chains` (and
-    `prior_starts`, see `chain_starts`), and select `settings.batch_size` configs never
-    taken."""
+    """Fit (on the study's history and the `prior` studies' rows; `model` from the last
+    round, or a fresh one), anneal from `chains` (and `prior_starts`, see `chain_starts`), and
+    select `settings.batch_size` configs never taken."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
-    model, train_rows, _ = fit_cost_model(history, featurize, settings, seed, prior)
+    model, train_rows, _ = fit_cost_model(history, featurize, settings, seed, prior, model)
     seconds["fit"] = model.fit_seconds_
     seconds["features"] = time.perf_counter() - start - model.fit_seconds_
 
@@ -206,6 +214,7 @@ def propose_round(
         states=result.states,
         seconds=seconds,
         n_scored=result.n_scored,
+        model=model,
     )
 
 

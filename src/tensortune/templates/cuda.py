@@ -234,7 +234,9 @@ class CudaTemplate(KnobTemplate):
     ) -> None:
         """Fuse the copy loops below the first `depth` loops, spread them over the threads and
         vectorise `width` consecutive elements."""
-        fused = sch.fuse(*sch.get_loops(copy)[depth:])
+        inner = sch.get_loops(copy)[depth:]
+        # A one-element tile keeps no loop of its own: give it one to bind.
+        fused = sch.fuse(*inner) if inner else sch.add_unit_loop(copy)
         if width > 1:
             _, thread, vector = sch.split(fused, factors=[None, threads, width])
             sch.vectorize(vector)
