@@ -183,8 +183,9 @@ class TreeGRUModel:
             float(np.average(y, weights=weight)) if self.loss == "reg" and len(y) else 0.0
         )
         learnable = np.ptp(y) > 0 if self.loss == "reg" else varies_within_a_group(y, groups)
-        previous = getattr(self, "members_", []) if self.warm_start else []
+        previous = list(zip(self.members_, self.optimizers_, strict=True)) if self._warm() else []
         self.members_: list[Any] = []
+        self.optimizers_: list[Any] = []
         self.scales_: list[tuple[float, float]] = []
         if len(y) >= 2 and learnable:
             for i, member_seed in enumerate(seeds[1:]):
@@ -224,6 +225,9 @@ class TreeGRUModel:
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}")
 
+    def _warm(self) -> bool:
+        return self.warm_start and bool(getattr(self, "members_", None))
+
     def _device(self) -> Any:
         torch = _torch()
         return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -235,20 +239,24 @@ class TreeGRUModel:
         groups: np.ndarray,
         weight: np.ndarray,
         seed: np.random.SeedSequence,
-        start_from: Any | None,
+        start_from: tuple[Any, Any] | None,
     ) -> None:
+        """Train one member on a bootstrap resample; `start_from` is the last fit's network
+        and its optimizer, which go on (a fresh Adam would take full-size first steps)."""
         torch = _torch()
         rng = np.random.default_rng(seed)
         rows = grouped_rows(groups, resample=self.n_models > 1, rng=rng)
         X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
         device = self._device()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(seed.generate_state(1)[0]))
-            net = _network(self.hidden).to(device)
         if start_from is not None:
-            net.load_state_dict(start_from.state_dict())
-        optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
-        epochs = self.warm_epochs if start_from is not None else self.epochs
+            net, optimizer = start_from
+            epochs = self.warm_epochs
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed.generate_state(1)[0]))
+                net = _network(self.hidden).to(device)
+            optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate)
+            epochs = self.epochs
         net.train()
         for _ in range(epochs):
             order = rng.permutation(len(y))
@@ -263,6 +271,7 @@ class TreeGRUModel:
                 optimizer.step()
         net.eval()
         self.members_.append(net)
+        self.optimizers_.append(optimizer)
         self.scales_.append(self._output_scale(net, X))
 
     def _loss(
