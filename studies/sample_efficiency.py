@@ -63,6 +63,7 @@ COSTMODEL_VARIANTS: dict[str, dict] = {
     "costmodel-noeps": {"epsilon": 0.0},
     "costmodel-eps0.25": {"epsilon": 0.25},
     "costmodel-restart0.1": {"restart_share": 0.1},
+    "costmodel-treegru": {"cost_model": "treegru"},
 }
 PEERS = ("tpe", "gp", "random", "metaschedule")
 TUNERS = (*COSTMODEL_VARIANTS, *PEERS)
