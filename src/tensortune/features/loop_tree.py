@@ -43,7 +43,9 @@ NODE_VALUES = (
     "loop_reuse_share",  # accesses below whose address this loop does not move
     "loop_contiguous_share",  # ... moves by one element per step
     "loop_max_stride",
+    "loop_trips",  # iterations of this loop and the loops inside it, on its longest path
     *(f"store_{a}" for a in ARITH),
+    "store_executions",
     "access_write",
     *(f"access_{s}" for s in SCOPES),
     "access_bytes",
@@ -74,8 +76,9 @@ def _node(kind: str) -> np.ndarray:
     return values
 
 
-def _loop_values(loop: Loop, strides: Sequence[int]) -> np.ndarray:
+def _loop_values(loop: Loop, strides: Sequence[int], trips: int) -> np.ndarray:
     values = _node("loop")
+    values[_AT["loop_trips"]] = _log(trips)
     values[_AT[f"loop_{_loop_kind(loop)}"]] = 1.0
     values[_AT["loop_extent"]] = _log(loop.extent)
     values[_AT["loop_auto_unroll"]] = _log(loop.auto_unroll)
@@ -90,6 +93,7 @@ def _store_values(store: Store) -> np.ndarray:
     values = _node("store")
     for name in ARITH:
         values[_AT[f"store_{name}"]] = _log(store.arith.get(name, 0))
+    values[_AT["store_executions"]] = _log(store.executions)
     return values
 
 
@@ -110,8 +114,13 @@ def tree_nodes(program: LoopProgram) -> tuple[np.ndarray, np.ndarray]:
     node's parent index (-1 for the program node)."""
     # Strides of every access below each loop, by the loop's uid.
     strides: dict[int, list[int]] = {}
+    trips: dict[int, int] = {}
     for store in program.stores:
-        for level, loop in enumerate(store.loops):
+        inside = 1
+        for level in reversed(range(len(store.loops))):
+            loop = store.loops[level]
+            inside *= loop.extent
+            trips[loop.uid] = max(trips.get(loop.uid, 1), inside)
             strides.setdefault(loop.uid, []).extend(a.stride(level) for a in store.accesses)
     # Children in program order: a loop is first seen with the first store inside it.
     children: dict[int, list[tuple[str, object]]] = {0: []}
@@ -137,7 +146,7 @@ def tree_nodes(program: LoopProgram) -> tuple[np.ndarray, np.ndarray]:
         for kind, item in children[uid]:
             if kind == "loop":
                 assert isinstance(item, int)
-                visit(item, add(_loop_values(loops[item], strides[item]), at))
+                visit(item, add(_loop_values(loops[item], strides[item], trips[item]), at))
             else:
                 assert isinstance(item, Store)
                 store_at = add(_store_values(item), at)
