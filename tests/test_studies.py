@@ -115,6 +115,14 @@ def test_features_quick(tmp_path):
     assert len(within) == 9 and all(float(r["configs_per_s"]) > 0 for r in within)
 
 
+def test_cost_models_quick(tmp_path):
+    rows = run_quick("cost_models.py", tmp_path)
+    assert {r["model"] for r in rows} == {"xgb-curve", "xgb-itervar", "xgb-per-store", "treegru"}
+    assert len(rows) == 4 * 7  # three datasets within, four transfers, per model
+    for row in rows:
+        assert -1 <= float(row["tau"]) <= 1 and float(row["train_ms_per_1000"]) > 0
+
+
 def test_record_configs_writes_measured_configs(tmp_path):
     out = tmp_path / "tiny.json"
     done = subprocess.run(
