@@ -28,6 +28,7 @@ SQLite file); missing ones are run first. Targets go to ``--work`` (default
 
     python studies/transfer.py                      # every pair, seeds 0-2, 64 trials
     python studies/transfer.py --pairs c12-to-c7 --seeds 0
+    python studies/transfer.py --cost-model treegru --out studies/results/treegru_transfer
 """
 
 from __future__ import annotations
@@ -107,14 +108,24 @@ def best_configs(sources: list[optuna.Study], target: str, n: int = 8) -> list[d
 
 
 def run_target(
-    pair: str, target: str, mode: str, seed: int, trials: int, sources: list, storage: str
+    pair: str,
+    target: str,
+    mode: str,
+    seed: int,
+    trials: int,
+    sources: list,
+    storage: str,
+    cost_model: str = "xgb",
 ) -> optuna.Study:
     # Cold studies depend on the target only: pairs with one target share them.
     name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
+    if cost_model != "xgb":
+        name = f"{cost_model}:{name}"
     study = se.finished(storage, name)
     if study is not None:
         return study
     sampler = tensortune.CostModelSampler(
+        cost_model=cost_model,
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
         source_starts=0 if mode == "warm-model" else 16,
@@ -162,6 +173,12 @@ def main() -> None:
     parser.add_argument("--sources", default=os.path.join(HERE, "work", "sample_efficiency.db"))
     parser.add_argument("--work", default=os.path.join(HERE, "work", "transfer.db"))
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument(
+        "--cost-model",
+        choices=("xgb", "treegru"),
+        default="xgb",
+        help="the targets' cost model (default xgb); the sources are the same either way",
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pairs = {p: PAIRS[p] for p in args.pairs}
@@ -176,8 +193,12 @@ def main() -> None:
         for pair, (target, source_labels, enqueue) in pairs.items():
             sources = source_studies(source_labels, source_seeds, trials, source_url)
             studies = {}
-            for mode in ("cold", "warm", "warm-model", "enqueue")[: 4 if enqueue else 3]:
-                studies[mode] = run_target(pair, target, mode, seed, trials, sources, storage)
+            # Enqueueing leaves the model aside: it runs with the default one only.
+            with_enqueue = enqueue and args.cost_model == "xgb"
+            for mode in ("cold", "warm", "warm-model", "enqueue")[: 4 if with_enqueue else 3]:
+                studies[mode] = run_target(
+                    pair, target, mode, seed, trials, sources, storage, args.cost_model
+                )
                 print(f"{pair} {mode} s{seed}: {studies[mode].best_value:.1f} GFLOP/s", flush=True)
             pair_rows, pair_curves = summarize(pair, target, seed, studies)
             rows += pair_rows
