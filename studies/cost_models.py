@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
-from features import DATASETS, TRANSFERS, load
+from features import DATASETS, TRANSFERS, half_split, load
 from results_io import write_csv
 
 from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall
@@ -80,8 +80,7 @@ def main() -> None:
             X, y, _ = data[name]
             runs = []
             for seed in range(seeds):
-                order = np.random.default_rng(seed).permutation(len(y))
-                train, test = order[: len(y) // 2], order[len(y) // 2 :]
+                train, test = half_split(len(y), seed)
                 runs.append(evaluate(label, X[train], y[train], X[test], y[test], seed))
             tasks.append((f"within {name}", runs))
         for source, target in TRANSFERS:

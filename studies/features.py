@@ -55,6 +55,12 @@ def load(name: str, feature_set: str, limit: int | None) -> tuple[np.ndarray, np
     return rows, training_targets(values), rate
 
 
+def half_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of a random half to train on and the other half to test on."""
+    order = np.random.default_rng(seed).permutation(n)
+    return order[: n // 2], order[n // 2 :]
+
+
 def quality(X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, seed: int):
     model = BootstrapXGBModel(n_models=3, seed=seed).fit(X, y)
     mean, _ = model.predict(X_test)
@@ -76,8 +82,7 @@ def main() -> None:
             X, y, rate = data[name]
             scores = []
             for seed in range(splits):
-                order = np.random.default_rng(seed).permutation(len(y))
-                train, test = order[: len(y) // 2], order[len(y) // 2 :]
+                train, test = half_split(len(y), seed)
                 scores.append(quality(X[train], y[train], X[test], y[test], seed))
             rows.append(_row(feature_set, f"within {name}", scores, rate))
         for source, target in TRANSFERS:

@@ -2,7 +2,49 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+
+
+@dataclasses.dataclass
+class TrainingSet:
+    """Checked, capped training rows and what a model predicts when it cannot learn.
+
+    Attributes:
+        X, y, groups, weight: The rows kept by `cap_rows`.
+        constant: The prediction without a model: 0 for the rank loss, the weighted mean of y
+            for the regression loss.
+        learnable: Whether there is an order to learn (two rows or more, and y varying: for
+            the rank loss, within some group).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    groups: np.ndarray
+    weight: np.ndarray
+    constant: float
+    learnable: bool
+
+
+def training_set(
+    X: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray | None,
+    sample_weight: np.ndarray | None,
+    loss: str,
+    max_train: int,
+    rng: np.random.Generator,
+) -> TrainingSet:
+    """The rows a cost model's `fit` trains on, checked (`check_xy`, `check_groups`) and
+    capped at `max_train` (`cap_rows`, sampled with `rng`)."""
+    X, y = check_xy(X, y)
+    groups, weight = check_groups(groups, sample_weight, len(y), loss)
+    rows = cap_rows(y, max_train, rng)
+    X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
+    constant = float(np.average(y, weights=weight)) if loss == "reg" and len(y) else 0.0
+    varies = np.ptp(y) > 0 if loss == "reg" else varies_within_a_group(y, groups)
+    return TrainingSet(X, y, groups, weight, constant, bool(len(y) >= 2 and varies))
 
 
 def cap_rows(y: np.ndarray, max_train: int, rng: np.random.Generator) -> np.ndarray:

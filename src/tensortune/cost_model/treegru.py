@@ -18,13 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tensortune.cost_model.training_rows import (
-    cap_rows,
-    check_groups,
-    check_xy,
-    grouped_rows,
-    varies_within_a_group,
-)
+from tensortune.cost_model.training_rows import grouped_rows, training_set
 from tensortune.features.loop_tree import LENGTH, NODE_WIDTH, decode_trees
 from tensortune.target import host_cores
 
@@ -168,26 +162,22 @@ class TreeGRUModel:
         rows."""
         torch = _torch()
         self._check_params()
-        X, y = check_xy(X, y)
-        if X.shape[1] != LENGTH:
-            raise ValueError(f"X must hold loop-tree rows of {LENGTH} values, got {X.shape[1]}")
-        groups, weight = check_groups(groups, sample_weight, len(y), self.loss)
+        if np.ndim(X) != 2 or np.shape(X)[1] != LENGTH:
+            raise ValueError(f"X must hold loop-tree rows of {LENGTH} values, got {np.shape(X)}")
         torch.set_num_threads(self.n_threads or host_cores())
         start = time.perf_counter()
         calls = getattr(self, "n_fits_", 0)
         seeds = np.random.SeedSequence([self.seed, calls]).spawn(self.n_models + 1)
-        rows = cap_rows(y, self.max_train, np.random.default_rng(seeds[0]))
-        X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
+        rng = np.random.default_rng(seeds[0])
+        data = training_set(X, y, groups, sample_weight, self.loss, self.max_train, rng)
+        X, y, groups, weight = data.X, data.y, data.groups, data.weight
         self.n_train_ = len(y)
-        self.constant_ = (
-            float(np.average(y, weights=weight)) if self.loss == "reg" and len(y) else 0.0
-        )
-        learnable = np.ptp(y) > 0 if self.loss == "reg" else varies_within_a_group(y, groups)
+        self.constant_ = data.constant
         previous = list(zip(self.members_, self.optimizers_, strict=True)) if self._warm() else []
         self.members_: list[Any] = []
         self.optimizers_: list[Any] = []
         self.scales_: list[tuple[float, float]] = []
-        if len(y) >= 2 and learnable:
+        if data.learnable:
             for i, member_seed in enumerate(seeds[1:]):
                 start_from = previous[i] if i < len(previous) else None
                 self._fit_member(X, y, groups, weight, member_seed, start_from)

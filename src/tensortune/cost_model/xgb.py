@@ -13,13 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensortune.cost_model.training_rows import (
-    cap_rows,
-    check_groups,
-    check_xy,
-    grouped_rows,
-    varies_within_a_group,
-)
+from tensortune.cost_model.training_rows import grouped_rows, training_set
 from tensortune.target import host_cores
 
 if TYPE_CHECKING:
@@ -130,21 +124,17 @@ class BootstrapXGBModel:
         import xgboost  # noqa: F401  (imported before the clock starts: fit_seconds_ is training)
 
         self._check_params()
-        X, y = check_xy(X, y)
-        groups, weight = check_groups(groups, sample_weight, len(y), self.loss)
         start = time.perf_counter()
         seeds = np.random.SeedSequence(self.seed).spawn(self.n_models + 1)
-        rows = cap_rows(y, self.max_train, np.random.default_rng(seeds[0]))
-        X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
+        rng = np.random.default_rng(seeds[0])
+        data = training_set(X, y, groups, sample_weight, self.loss, self.max_train, rng)
+        X, y, groups, weight = data.X, data.y, data.groups, data.weight
         self.n_train_ = len(y)
         self.n_features_ = X.shape[1]
         self.boosters_: list[xgboost.Booster] = []
         self.scales_: list[tuple[float, float]] = []
-        self.constant_ = (
-            float(np.average(y, weights=weight)) if self.loss == "reg" and len(y) else 0.0
-        )
-        learnable = np.ptp(y) > 0 if self.loss == "reg" else varies_within_a_group(y, groups)
-        if len(y) >= 2 and learnable:
+        self.constant_ = data.constant
+        if data.learnable:
             for member_seed in seeds[1:]:
                 self._fit_member(X, y, groups, weight, member_seed)
         self.fit_seconds_ = time.perf_counter() - start
