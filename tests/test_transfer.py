@@ -84,6 +84,25 @@ def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_setti
     )["transfer_sources"] == ["prior"]
 
 
+def test_treegru_warm_starts_from_loop_trees_of_another_shape(
+    source_url, storage_url, fast_settings
+):
+    """The TreeGRU reads the prior study as loop trees and proposes from the first trial."""
+    study = tensortune.tune(
+        "matmul",
+        shape=TARGET,
+        n_trials=8,
+        storage=storage_url,
+        study_name="treegru-warm",
+        sampler=CostModelSampler(cost_model="treegru", source_studies=[_prior(source_url)], seed=0),
+        settings=fast_settings,
+        show_progress=False,
+    )
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
+    assert kinds[0] == "model" and set(kinds) <= {"model", "random"}, kinds
+    assert all(t.value and t.value > 0 for t in study.trials)
+
+
 def test_cli_warm_starts_from_another_storage(source_url, storage_url):
     argv = ["tune", "matmul", "--shape", "64,64,64", "--trials", "4", "--batch-size", "4"]
     argv += ["--storage", storage_url, "--study", "mm", "--seed", "0", "--no-progress"]
