@@ -286,9 +286,10 @@ class TreeGRUModel:
     def _scores(self, net: Any, X: np.ndarray, chunk: int = 1024) -> np.ndarray:
         torch = _torch()
         out = np.empty(len(X))
+        device = self._device()
         with torch.no_grad():
             for at in range(0, len(X), chunk):
-                scores = net(*tree_batch(X[at : at + chunk], self._device()))
+                scores = net(*tree_batch(X[at : at + chunk], device))
                 out[at : at + chunk] = scores.double().cpu().numpy()
         return out
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tensortune.features.encodings import _log
 from tensortune.features.loops import Loop, LoopProgram, Store
 
 NODE_TYPES = ("program", "loop", "store", "access")
@@ -57,10 +58,6 @@ NODE_WIDTH = len(NODE_VALUES)
 MAX_NODES = 64
 LENGTH = MAX_NODES * (1 + NODE_WIDTH)
 _AT = {name: i for i, name in enumerate(NODE_VALUES)}
-
-
-def _log(x: float) -> float:
-    return math.log2(1.0 + x)
 
 
 def _loop_kind(loop: Loop) -> str:

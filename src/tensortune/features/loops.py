@@ -203,7 +203,7 @@ def walk(body: Any) -> LoopProgram:
             # A launch dimension is a loop run by the hardware: it belongs in the nest.
             iv = node.node
             tag = str(iv.thread_tag)
-            level = next((i for i, (_, lp) in enumerate(stack) if lp.thread == tag), None)
+            level = _launch_level(stack, tag)
             if level is None:
                 return nest(iv.var, node.value, "thread", tag, node, visitor)
             aliases.append((iv.var, level))
@@ -263,6 +263,11 @@ def walk(body: Any) -> LoopProgram:
     return LoopProgram(stores=tuple(stores))
 
 
+def _launch_level(stack: Sequence[tuple[Any, Loop]], tag: str) -> int | None:
+    """Level of the open launch dimension with `tag` in the nest, None if there is none."""
+    return next((i for i, (_, loop) in enumerate(stack) if loop.thread == tag), None)
+
+
 def _thread_stride(
     analyzer: Any,
     buffer: Any,
@@ -275,7 +280,7 @@ def _thread_stride(
     both points rather than reading a linear coefficient."""
     from tvm import sym
 
-    level = next((i for i, (_, lp) in enumerate(stack) if lp.thread == "threadIdx.x"), None)
+    level = _launch_level(stack, "threadIdx.x")
     if level is None:
         return -1
 

@@ -356,8 +356,8 @@ class CostModelSampler(BaseSampler):
             self._rng,
             prior=self._sources,
             prior_starts=self._prior_starts(),
-            # The TreeGRU goes on from its last weights; XGBoost refits from scratch anyway.
-            model=self._model if self.settings.cost_model == "treegru" else None,
+            # A model that warm-starts (the TreeGRU) goes on from its last fit; others are new.
+            model=self._model if getattr(self._model, "warm_start", False) else None,
         )
         self._model = result.model
         self._chains = result.states

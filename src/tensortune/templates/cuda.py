@@ -25,9 +25,9 @@ Configs over the hardware limits (threads per block above the target's ``max_num
 
 `tensortune.templates.template_for` picks this template for a ``cuda`` target; `tune` then
 builds candidates here (the CUDA module is embedded in the kernel library), checks and times
-them on ``tvm.cuda(0)`` and measures PyTorch's cuBLAS / cuDNN as the vendor baseline. Not done
-yet: GPU-specific features for the cost model (it reads the generic loop features of these
-schedules), and a run on a real GPU (`studies/gpu_study.py` is the one command for it).
+them on ``tvm.cuda(0)`` and measures PyTorch's cuBLAS / cuDNN as the vendor baseline; the cost
+model reads its launch shape and memory use (`tensortune.features.encodings.gpu_scalars`). Not
+done yet: a run on a real GPU (`studies/gpu_study.py` is the one command for it).
 """
 
 from __future__ import annotations
