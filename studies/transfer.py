@@ -28,7 +28,11 @@ SQLite file); missing ones are run first. Targets go to ``--work`` (default
 
     python studies/transfer.py                      # every pair, seeds 0-2, 64 trials
     python studies/transfer.py --pairs c12-to-c7 --seeds 0
-    python studies/transfer.py --cost-model treegru --out studies/results/treegru_transfer
+    python studies/transfer.py --cost-model xgb treegru \\
+        --pairs matmul-to-batch_matmul conv2d-to-depthwise --out studies/results/treegru_transfer
+
+With several ``--cost-model`` values the models take turns on each pair and seed (side by
+side, one run); rows and the summary then carry a ``cost_model`` column.
 """
 
 from __future__ import annotations
@@ -175,9 +179,11 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument(
         "--cost-model",
+        nargs="+",
         choices=("xgb", "treegru"),
-        default="xgb",
-        help="the targets' cost model (default xgb); the sources are the same either way",
+        default=["xgb"],
+        help="the targets' cost models, run side by side (default xgb); the sources are the "
+        "same either way",
     )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -192,17 +198,22 @@ def main() -> None:
     for seed in seeds:
         for pair, (target, source_labels, enqueue) in pairs.items():
             sources = source_studies(source_labels, source_seeds, trials, source_url)
-            studies = {}
-            # Enqueueing leaves the model aside: it runs with the default one only.
-            with_enqueue = enqueue and args.cost_model == "xgb"
-            for mode in ("cold", "warm", "warm-model", "enqueue")[: 4 if with_enqueue else 3]:
-                studies[mode] = run_target(
-                    pair, target, mode, seed, trials, sources, storage, args.cost_model
-                )
-                print(f"{pair} {mode} s{seed}: {studies[mode].best_value:.1f} GFLOP/s", flush=True)
-            pair_rows, pair_curves = summarize(pair, target, seed, studies)
-            rows += pair_rows
-            curves += pair_curves
+            for model in args.cost_model:
+                studies = {}
+                # Enqueueing leaves the model aside: it runs with the default one only.
+                with_enqueue = enqueue and model == "xgb"
+                for mode in MODES[: 4 if with_enqueue else 3]:
+                    studies[mode] = run_target(
+                        pair, target, mode, seed, trials, sources, storage, model
+                    )
+                    best = studies[mode].best_value
+                    print(f"{pair} {model} {mode} s{seed}: {best:.1f} GFLOP/s", flush=True)
+                pair_rows, pair_curves = summarize(pair, target, seed, studies)
+                if len(args.cost_model) > 1:
+                    for row in pair_rows + pair_curves:
+                        row["cost_model"] = model
+                rows += pair_rows
+                curves += pair_curves
     write_csv(os.path.join(args.out, "transfer.csv"), rows)
     write_csv(os.path.join(args.out, "transfer_curves.csv"), curves)
     report(args.out, trials)
@@ -236,34 +247,38 @@ def report(out: str, trials: int = TRIALS) -> None:
         return int(value) if value else trials + 1
 
     rows = read_csv(os.path.join(out, "transfer.csv"))
+    models = list(dict.fromkeys(r.get("cost_model", "") for r in rows))
+    model_col = models != [""]  # rows of one run over several cost models
     lines = [
-        "| pair | mode | best @16 | @32 | @64 (GFLOP/s) | trials to 90 % of cold best "
-        "| cold ÷ this (×) |",
-        "|---|---|---|---|---|---|---|",
+        "| pair |" + (" cost model |" if model_col else "") + " mode | best @16 | @32 "
+        "| @64 (GFLOP/s) | trials to 90 % of cold best | cold ÷ this (×) |",
+        "|---|" + ("---|" if model_col else "") + "---|---|---|---|---|---|",
     ]
     for pair in dict.fromkeys(r["pair"] for r in rows):
-        for mode in MODES:
-            these = [r for r in rows if r["pair"] == pair and r["mode"] == mode]
-            if not these:
-                continue
-            colds = {r["seed"]: r for r in rows if r["pair"] == pair and r["mode"] == "cold"}
-            speedups = [
-                _trials(colds[r["seed"]]["trials_to_90pct_cold"])
-                / _trials(r["trials_to_90pct_cold"])
-                for r in these
-            ]
-            med = [
-                f"{statistics.median(float(r[f'best@{n}']) for r in these):.0f}"
-                if all(r[f"best@{n}"] for r in these)
-                else "–"
-                for n in CHECKPOINTS
-            ]
-            needed = statistics.median(_trials(r["trials_to_90pct_cold"]) for r in these)
-            shown = f">{trials}" if needed > trials else f"{needed:g}"
-            lines.append(
-                f"| {pair} | {mode} | {med[0]} | {med[1]} | {med[2]} | {shown} "
-                f"| {statistics.median(speedups):.2f} |"
-            )
+        for model in models:
+            ours = [r for r in rows if r["pair"] == pair and r.get("cost_model", "") == model]
+            colds = {r["seed"]: r for r in ours if r["mode"] == "cold"}
+            for mode in MODES:
+                these = [r for r in ours if r["mode"] == mode]
+                if not these:
+                    continue
+                speedups = [
+                    _trials(colds[r["seed"]]["trials_to_90pct_cold"])
+                    / _trials(r["trials_to_90pct_cold"])
+                    for r in these
+                ]
+                med = [
+                    f"{statistics.median(float(r[f'best@{n}']) for r in these):.0f}"
+                    if all(r[f"best@{n}"] for r in these)
+                    else "–"
+                    for n in CHECKPOINTS
+                ]
+                needed = statistics.median(_trials(r["trials_to_90pct_cold"]) for r in these)
+                shown = f">{trials}" if needed > trials else f"{needed:g}"
+                lines.append(
+                    f"| {pair} |" + (f" {model} |" if model_col else "") + f" {mode} | {med[0]} "
+                    f"| {med[1]} | {med[2]} | {shown} | {statistics.median(speedups):.2f} |"
+                )
     seeds = sorted({r["seed"] for r in rows})
     lines.append("")
     lines.append(
@@ -285,16 +300,18 @@ def _plot(out: str) -> None:
     pairs = list(targets)
     fig, axes = plt.subplots(2, (len(pairs) + 1) // 2, figsize=(4.2 * ((len(pairs) + 1) // 2), 7))
     for ax, pair in zip(axes.flat, pairs, strict=False):
-        for mode in MODES:
+        lines = dict.fromkeys((c.get("cost_model", ""), c["mode"]) for c in curves)
+        for model, mode in lines:
             by_seed: dict[str, list[float]] = {}
             for c in curves:
-                if c["pair"] == pair and c["mode"] == mode:
+                if (c["pair"], c.get("cost_model", ""), c["mode"]) == (pair, model, mode):
                     by_seed.setdefault(c["seed"], []).append(float(c["best_gflops"]))
             if not by_seed:
                 continue
             n = min(len(v) for v in by_seed.values())
             x = list(range(1, n + 1))
-            draw_band(ax, x, [[v[i] for v in by_seed.values()] for i in range(n)], mode, 0.15)
+            label = f"{model} {mode}".strip()
+            draw_band(ax, x, [[v[i] for v in by_seed.values()] for i in range(n)], label, 0.15)
         ax.set_title(f"{pair} (target {targets[pair]})", fontsize=9)
         ax.set_xlabel("trials")
         ax.set_ylabel("best GFLOP/s")
