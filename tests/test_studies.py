@@ -162,6 +162,42 @@ def test_transfer_quick(tmp_path):
     assert (tmp_path / "transfer.png").stat().st_size > 0
 
 
+def test_transfer_summary_per_cost_model(tmp_path):
+    """With several cost models each mode is compared with its own model's cold study."""
+    sys.path.insert(0, STUDIES)
+    try:
+        import transfer
+        from results_io import write_csv
+    finally:
+        sys.path.remove(STUDIES)
+
+    rows, curves = [], []
+    reached = {("xgb", "cold"): 40, ("xgb", "warm"): 10, ("treegru", "cold"): 20}
+    reached[("treegru", "warm")] = ""  # never reached: counts as 65
+    for (model, mode), trials in reached.items():
+        for seed in (0, 1):
+            rows.append({
+                "pair": "p", "target": "t", "mode": mode, "seed": seed, "best@16": 1.0,
+                "best@32": 2.0, "best@64": 3.0 + seed, "trials_to_90pct_cold": trials,
+                "enqueued": "", "vendor_gflops": "", "wall_s": 1.0, "cost_model": model,
+            })  # fmt: skip
+            curves += [
+                {"pair": "p", "mode": mode, "seed": seed, "trial": i, "best_gflops": i,
+                 "cost_model": model}
+                for i in range(1, 65)
+            ]  # fmt: skip
+    write_csv(str(tmp_path / "transfer.csv"), rows)
+    write_csv(str(tmp_path / "transfer_curves.csv"), curves)
+    transfer.report(str(tmp_path))
+    lines = (tmp_path / "transfer_summary.md").read_text().splitlines()
+    assert lines[0].startswith("| pair | cost model | mode |")
+    cells = [line.split(" | ")[1:] for line in lines[2:6]]
+    assert cells[0] == ["xgb", "cold", "1", "2", "4", "40", "1.00 |"]
+    assert cells[1] == ["xgb", "warm", "1", "2", "4", "10", "4.00 |"]
+    assert cells[2] == ["treegru", "cold", "1", "2", "4", "20", "1.00 |"]
+    assert cells[3] == ["treegru", "warm", "1", "2", "4", ">64", "0.31 |"]
+
+
 def test_gpu_study_stops_at_once_without_a_gpu(tmp_path):
     """The one-command GPU study refuses a GPU-less machine before tuning or writing."""
     storage = f"sqlite:///{tmp_path / 'gpu.db'}"
