@@ -153,7 +153,9 @@ def test_ctrl_c_closes_the_batch_and_frees_its_configs(tmp_path):
     url = f"sqlite:///{tmp_path / 'int.db'}"
     command = [sys.executable, "-m", "tensortune.cli", "tune", "matmul", "--shape", "48,48,48"]
     command += ["--storage", url, "--study", "i", "--seed", "0", "--batch-size", "2"]
-    command += ["--trials", "8", "--repeat", "3", "--min-repeat-ms", "30", "--no-progress"]
+    # Long timings and many trials: the poll below must catch a measurement before the study
+    # ends (with 30 ms timings a loaded machine once finished all 8 trials unseen).
+    command += ["--trials", "40", "--repeat", "3", "--min-repeat-ms", "300", "--no-progress"]
     worker = subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while worker.poll() is None and time.monotonic() < deadline:
