@@ -299,9 +299,9 @@ def _plot(out: str) -> None:
     targets = {r["pair"]: r["target"] for r in read_csv(os.path.join(out, "transfer.csv"))}
     pairs = list(targets)
     fig, axes = plt.subplots(2, (len(pairs) + 1) // 2, figsize=(4.2 * ((len(pairs) + 1) // 2), 7))
+    series = dict.fromkeys((c.get("cost_model", ""), c["mode"]) for c in curves)
     for ax, pair in zip(axes.flat, pairs, strict=False):
-        lines = dict.fromkeys((c.get("cost_model", ""), c["mode"]) for c in curves)
-        for model, mode in lines:
+        for model, mode in series:
             by_seed: dict[str, list[float]] = {}
             for c in curves:
                 if (c["pair"], c.get("cost_model", ""), c["mode"]) == (pair, model, mode):
