@@ -244,9 +244,11 @@ def _export(args: argparse.Namespace) -> None:
 def _dashboard(args: argparse.Namespace) -> None:
     from tensortune.dashboard import serve
 
-    print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+    def ready() -> None:
+        print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+
     try:
-        serve(args.storage, args.host, args.port, args.artifact_dir)
+        serve(args.storage, args.host, args.port, args.artifact_dir, on_ready=ready)
     except OSError as err:  # the port is taken, or the host is not this machine's
         raise TensortuneError(f"cannot serve on {args.host}:{args.port}: {err}") from None
     except KeyboardInterrupt:
