@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
@@ -17,10 +17,18 @@ if TYPE_CHECKING:
     from tensortune.measure import RpcDevice
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error told in one line like every other bad input (argparse
+    prints the whole usage first, 14 lines for ``tune``); ``--help`` is unchanged."""
+
+    def error(self, message: str) -> NoReturn:
+        # A value the user typed may hold a newline or an escape code: show those escaped.
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+        self.exit(2, f"tensortune: error: {shown} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tensortune", description="Tune tensor programs with TVM and Optuna."
-    )
+    parser = _Parser(prog="tensortune", description="Tune tensor programs with TVM and Optuna.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tune = sub.add_parser("tune", help="run (or resume) a tuning study")
