@@ -113,7 +113,7 @@ def _check_llvm(spec: dict[str, Any]) -> None:
     elif "mtriple" in spec:
         hint = "e.g. generic"
     else:
-        hint = f"leave mcpu out for this machine's ({host_cpu()})"
+        hint = f"leave mcpu out to build for this machine's CPU ({host_cpu()})"
     raise TensortuneError(f"unknown mcpu {mcpu!r}: LLVM has no such CPU for {triple}; {hint}")
 
 
