@@ -200,6 +200,14 @@ BAD_INPUTS = [
         ["tune", "matmul", "--shape", "4,4,4", "--artifact-dir", "/sys/tensortune-artifacts"],
         "cannot write in /sys",
     ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--trials", "8", "--total-trials", "8"],
+        "give --trials or --total-trials, not both",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--transfer-storage", "sqlite:///t.db"],
+        "--transfer-storage holds --transfer-from studies: give those too",
+    ),
     (["dashboard", "--port", "99999"], "port must be an integer from 1 to 65535, got 99999"),
     (["dashboard", "--port", "0"], "port must be an integer from 1 to 65535, got 0"),
     (["dashboard", "--storage", "sqlite:///none.db"], "sqlite:///none.db: none.db does not exist"),

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from tensortune.measure import RpcDevice
 
 
+#: Trials of `tensortune tune` without --trials or --total-trials.
+DEFAULT_TRIALS = 64
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error told in one line like every other bad input (argparse
     prints the whole usage first, 14 lines for ``tune``); ``--help`` is unchanged."""
@@ -42,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--target", default="llvm", help="llvm (this machine; default) or a JSON target"
     )
-    tune.add_argument("--trials", type=int, default=64, help="trials to run now (default 64)")
+    tune.add_argument(
+        "--trials", type=int, default=None, help=f"trials to run now (default {DEFAULT_TRIALS})"
+    )
     tune.add_argument(
         "--total-trials",
         type=int,
@@ -182,6 +188,11 @@ def _tune(args: argparse.Namespace) -> None:
     from tensortune.tuning import tune
     from tensortune.workloads import parse_shape
 
+    # Options that would be ignored without a word.
+    if args.total_trials is not None and args.trials is not None:
+        raise TensortuneError("give --trials or --total-trials, not both")
+    if args.transfer_storage is not None and not args.transfer_from:
+        raise TensortuneError("--transfer-storage holds --transfer-from studies: give those too")
     workload = parse_shape(args.workload, args.shape)
     device = _rpc_device(args)
     sources = []
@@ -198,7 +209,7 @@ def _tune(args: argparse.Namespace) -> None:
     study = tune(
         workload,
         args.target,
-        args.trials,
+        DEFAULT_TRIALS if args.trials is None else args.trials,
         storage=args.storage,
         study_name=args.study,
         sampler=make_sampler(
