@@ -257,12 +257,13 @@ def tune(
             study are failed as stale before each batch (`tensortune.storage.TrialHeartbeats`).
         study_name: Default ``"<workload key>@<target>"``, e.g.
             ``"matmul(M=64,N=64,K=64)@llvm-znver4"``, with ``"@<device key>"`` appended when
-            timing on a remote `device` (its timings are not this machine's).
+            timing on a remote `device` (its timings are not this machine's). Printable
+            characters only: no newline or terminal escape code.
         sampler: An Optuna sampler, or a name from `SAMPLERS` (see `make_sampler`). Default
             ``"costmodel"``: `tensortune.CostModelSampler`, the learned search. A sampler with
             ``source_studies`` has them checked before the study is created or resumed, and
             their names are kept in its ``transfer_sources`` user attr.
-        seed: Seed for a sampler given by name. Default None (unseeded).
+        seed: Seed for a sampler given by name, 0 to 2**32 - 1. Default None (unseeded).
         settings: Build and timing settings. Default `MeasureSettings()`.
         batch_size: Trials asked of the sampler at once and built in parallel. Default 8.
         show_progress: Show a progress bar on stderr. Default True. optuna-dashboard shows the
