@@ -159,6 +159,59 @@ BAD_INPUTS = [
     (["tune", "matmul", "--shape", "4,4,4", "--batch-size", "0"], "batch_size must be at least 1"),
     (["best", "--study", "nope"], "no storage at sqlite:///tensortune.db"),
     (["export", "--study", "nope", "-o", "out"], "no storage at sqlite:///tensortune.db"),
+    # Inputs that pass parsing and used to fail late, or not at all.
+    (["tune", "matmul", "--shape", "M=16,N=16,K=16,K=4"], "K given twice"),
+    (["tune", "matmul", "--shape", "4,4,4", "--seed", "-1"], "seed must be an integer from 0"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--seed", str(2**64), "--sampler", "tpe"],
+        f"2**32 - 1, got {2**64}",
+    ),
+    (["tune", "matmul", "--shape", "100000,100000,100000"], "its tensors need 111.8 GiB of memory"),
+    (["tune", "conv2d", "--shape", "64,512,512,512,512"], "of this machine's"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--target", '{"kind": "llvm", "mcpu": "znver9"}'],
+        "unknown mcpu 'znver9': LLVM has no such CPU for",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--target", '{"kind": "llvm", "mcpu": "Znver4"}'],
+        "did you mean znver4",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--target", '{"kind": "llvm", "num-cores": -4}'],
+        "num-cores must be a positive integer, got -4",
+    ),
+    (["tune", "matmul", "--shape", "4,4,4", "--target", "llvm -num-cores=0"], "got 0"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--target", '{"kind":"llvm","mtriple":"x-y-z"}'],
+        "unknown mtriple 'x-y-z'",
+    ),
+    (["tune", "matmul", "--shape", "4,4,4", "--storage", "sqlite:///:memory:"], "is in memory"),
+    (["tune", "matmul", "--shape", "4,4,4", "--storage", "sqlite://"], "is in memory"),
+    (["best", "--storage", "sqlite:///:memory:", "--study", "s"], "is in memory"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--study", "two\nlines"],
+        "study name 'two\\nlines' holds a control character",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--study", "\x1b[2J\x1b[31mred"],
+        "study name '\\x1b[2J\\x1b[31mred' holds a control character",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--artifact-dir", "/sys/tensortune-artifacts"],
+        "cannot write in /sys",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--trials", "8", "--total-trials", "8"],
+        "give --trials or --total-trials, not both",
+    ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--transfer-storage", "sqlite:///t.db"],
+        "--transfer-storage holds --transfer-from studies: give those too",
+    ),
+    (["dashboard", "--port", "99999"], "port must be an integer from 1 to 65535, got 99999"),
+    (["dashboard", "--port", "0"], "port must be an integer from 1 to 65535, got 0"),
+    (["dashboard", "--storage", "sqlite:///none.db"], "sqlite:///none.db: none.db does not exist"),
+    (["dashboard", "--storage", "sqlite:///:memory:"], "is in memory"),
 ]
 
 
@@ -170,6 +223,113 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, messag
     assert err.startswith("tensortune: error: ") and "\n" not in err, err
     assert message in err
     assert sorted(os.listdir(tmp_path)) == before
+
+
+USAGE_ERRORS = [
+    (["tune", "matmul", "--shape", "4,4,4", "--trials", "abc"], "invalid int value: 'abc'"),
+    (["tune", "matmul", "--shape", "4,4,4", "--bogus"], "unrecognized arguments: --bogus"),
+    (["tune", "matmul"], "the following arguments are required: --shape"),
+    (["tune", "matmul", "--shape", "4,4,4", "--sampler", "x\ny"], "invalid choice: 'x\\ny'"),
+    (["tune", "matmul", "--shape", "4,4,4", "extra\x1b[31m"], "arguments: extra\\x1b[31m"),
+    (["dashboard", "--port", "http"], "argument --port: invalid int value: 'http'"),
+    (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
+    ([], "the following arguments are required: command"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE_ERRORS)
+def test_usage_error_is_one_line(tmp_path, capsys, argv, message):
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("tensortune: error: ") and "\n" not in err, err
+    assert message in err and err.endswith("--help)"), err
+    assert captured.out == "" and sorted(os.listdir(tmp_path)) == before
+
+
+def test_usage_error_from_the_console_script_and_help_unchanged(tmp_path):
+    script = os.path.join(os.path.dirname(sys.executable), "tensortune")
+    done = subprocess.run(
+        [script, "tune", "matmul", "--shape", "4,4,4", "--trials", "abc"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "tensortune: error: argument --trials: invalid int value: 'abc' "
+        "(see tensortune tune --help)\n"
+    )
+    helped = subprocess.run([script, "tune", "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and helped.stderr == ""
+    assert helped.stdout.startswith("usage: tensortune tune") and "--artifact-dir" in helped.stdout
+
+
+@pytest.mark.parametrize("kind", ["file", "under a file", "unwritable"])
+def test_unusable_artifact_dir_is_refused_before_the_study_exists(tmp_path, capsys, kind):
+    (tmp_path / "taken").write_text("")
+    folder = {
+        "file": str(tmp_path / "taken"),
+        "under a file": str(tmp_path / "taken" / "arts"),
+        "unwritable": "/sys/tensortune-artifacts",
+    }[kind]
+    storage = f"sqlite:///{tmp_path / 'a.db'}"
+    served = f"sqlite:///{tmp_path / 'served.db'}"  # the dashboard needs a storage that exists
+    optuna.create_study(storage=served, study_name="s")
+    before = sorted(os.listdir(tmp_path))
+    tune = ["tune", "matmul", "--shape", "4,4,4", "--storage", storage, "--artifact-dir", folder]
+    dashboard = ["dashboard", "--storage", served, "--port", "1", "--artifact-dir", folder]
+    for argv in (tune, dashboard):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        err = captured.err.strip()
+        assert err.startswith(f"tensortune: error: cannot use artifact folder {folder}: "), err
+        assert "\n" not in err and captured.out == ""
+        assert sorted(os.listdir(tmp_path)) == before  # no storage, study or probe left
+    with pytest.raises(TensortuneError, match="it is a file" if kind == "file" else "cannot"):
+        tensortune.tune("matmul", shape=dict(M=4, N=4, K=4), storage=storage, artifact_dir=folder)
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_python_api_refuses_what_the_cli_refuses(tmp_path):
+    from tensortune.dashboard import serve
+    from tensortune.storage import open_storage
+    from tensortune.target import target_spec
+    from tensortune.tuning import make_sampler
+
+    storage = f"sqlite:///{tmp_path / 'p.db'}"
+    for seed in (-1, 2**32, 2**64, 1.5, True, "3"):
+        for sampler in ("costmodel", "tpe", "random"):
+            with pytest.raises(TensortuneError, match="seed must be an integer from 0"):
+                make_sampler(sampler, seed)  # type: ignore[arg-type]
+    for seed in (0, 2**32 - 1):
+        make_sampler("random", seed)
+    with pytest.raises(TensortuneError, match="seed must be"):
+        tensortune.tune("matmul", shape=dict(M=4, N=4, K=4), storage=storage, seed=-1)
+    with pytest.raises(TensortuneError, match=r"study name 'a\\rb' holds a control character"):
+        tensortune.tune("matmul", shape=dict(M=4, N=4, K=4), storage=storage, study_name="a\rb")
+    with pytest.raises(TensortuneError, match="K given twice"):
+        tensortune.workloads.parse_shape("matmul", "4,4,K=4,K=8")
+    with pytest.raises(TensortuneError, match="of memory, more than 25% of this machine's"):
+        tensortune.get_workload("batch_matmul", 4096, 4096, 4096, 4096)
+    with pytest.raises(TensortuneError, match=r"unknown mcpu 'cortex-a7'.*cortex-a7"):
+        target_spec({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a7"})
+    assert target_spec({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
+    for cores in (0, -4, True, 2.0):
+        with pytest.raises(TensortuneError, match=r"num-cores|malformed target"):
+            target_spec({"kind": "llvm", "num-cores": cores})
+    for url in ("sqlite:///:memory:", "sqlite://", "sqlite:///file::memory:?cache=shared"):
+        with pytest.raises(TensortuneError, match="is in memory"):
+            open_storage(url)
+    for port in (0, -1, 65536, 99999, True):
+        with pytest.raises(TensortuneError, match="port must be an integer from 1 to 65535"):
+            serve(storage, port=port)
+    with pytest.raises(TensortuneError, match="does not exist"):
+        serve(storage, port=8080)
+    assert os.listdir(tmp_path) == []
 
 
 def test_missing_study_and_mismatched_resume(tmp_path, capsys):

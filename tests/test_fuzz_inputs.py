@@ -1,5 +1,6 @@
-"""Bad input, fuzzed (hypothesis): shapes, targets, knob values, storage URLs, study names and
-workload registrations each end in one clear error, and nothing is left half-written.
+"""Bad input, fuzzed (hypothesis): shapes, targets, knob values, storage URLs, study names,
+workload registrations, seeds, artifact folders, dashboard ports, workload sizes and whole
+argument lists each end in one clear error, and nothing is left half-written.
 
 Every CLI case here is built to be refused before any kernel is built, so the properties run
 hundreds of examples in seconds: a value that happens to be valid is paired with another input
@@ -58,6 +59,19 @@ def _refused(argv: list[str], folder: str, capsys: pytest.CaptureFixture[str]) -
     return err
 
 
+def _usage_error(argv: list[str], folder: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """Like `_refused`, for a refusal by argparse: it exits (status 2) instead of returning."""
+    before = sorted(os.listdir(folder))
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2, argv
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("tensortune: error: ") and "\n" not in err, (argv, err)
+    assert captured.out == "" and sorted(os.listdir(folder)) == before, argv
+    return err
+
+
 # A shape: any text, or lists of integers that may be zero, negative or not integers at all.
 _numbers = st.integers(min_value=-(2**40), max_value=2**40)
 _shapes = st.one_of(
@@ -87,8 +101,15 @@ _targets = st.one_of(
     st.text(max_size=40),
     st.builds(lambda k, rest: f"{k} {rest}", st.sampled_from(["llvm", "cuda", "c"]), st.text()),
     st.dictionaries(
-        st.sampled_from(["kind", "mcpu", "num-cores", "bogus", "arch"]),
-        st.one_of(st.text(max_size=8), st.integers(-4, 64), st.none()),
+        st.sampled_from(["kind", "mcpu", "num-cores", "bogus", "arch", "mtriple"]),
+        st.one_of(
+            st.text(max_size=8),
+            st.integers(-4, 64),
+            st.none(),
+            # Names LLVM knows, or nearly: they pass TVM's parsing and only LLVM can tell.
+            st.sampled_from(["llvm", "znver4", "Znver4", "skylake-avx512", "cortex-a72"]),
+            st.sampled_from(["x86_64-linux-gnu", "aarch64-linux-gnu", "bogus-x", "generic"]),
+        ),
     ).map(json.dumps),
 )
 
@@ -121,11 +142,9 @@ def test_fuzzed_numbers(tmp_path, capsys, trials, batch, repeat, timeout):
         trials = 0  # keep every example a refusal: nothing is tuned here
     argv = ["tune", "matmul", "--shape", "8,8,8", f"--trials={trials}", f"--batch-size={batch}"]
     argv += [f"--repeat={repeat}", f"--run-timeout={timeout}"]
-    if timeout == "x":  # argparse's own refusal: usage plus one error line, exit 2
-        with pytest.raises(SystemExit) as exit_:
-            main(argv)
-        assert exit_.value.code == 2
-        assert "invalid float value" in capsys.readouterr().err
+    if timeout == "x":  # argparse's own refusal, in one line too
+        err = _usage_error(argv, str(tmp_path), capsys)
+        assert "argument --run-timeout: invalid float value: 'x'" in err
         return
     _refused(argv, str(tmp_path), capsys)
 
@@ -145,6 +164,17 @@ _urls = st.one_of(
     ),
     st.text(alphabet=string.ascii_letters + "/._-", max_size=20).map(
         lambda p: f"sqlite:///missing-dir/{p}.db"
+    ),
+    # In-memory SQLite: it opens, and every trial would vanish with the process.
+    st.sampled_from(
+        [
+            "sqlite://",
+            "sqlite:///",
+            "sqlite:///:memory:",
+            "sqlite+pysqlite:///:memory:",
+            "sqlite:///file::memory:?cache=shared",
+            "sqlite:///file:x?mode=memory&uri=true",
+        ]
     ),
 )
 
@@ -262,3 +292,126 @@ def test_fuzzed_workload_registrations(name, reference, star):
         np.testing.assert_allclose(out, workload.random_inputs(seed=0)[0] + 1, rtol=1e-6)
     finally:
         _registry._REGISTRY.pop(name, None)
+
+
+# Inputs that parse and used to fail late (after a study was created, in a worker) or never.
+# Each property pairs them with a later refusal, so that an input let through is caught by
+# the error naming that one instead.
+
+
+@FUZZ
+@given(
+    seed=st.integers(-(2**70), 2**70) | st.sampled_from([-1, 0, 2**32 - 1, 2**32, 2**64]),
+    sampler=st.sampled_from(["costmodel", "tpe", "random"]),
+)
+def test_fuzzed_seeds(tmp_path, capsys, seed, sampler):
+    _count("seeds")
+    argv = ["tune", "matmul", "--shape=8,8,8", f"--seed={seed}", f"--sampler={sampler}"]
+    err = _refused([*argv, "--study= "], str(tmp_path), capsys)
+    if 0 <= seed < 2**32:
+        assert "study name must not be empty" in err
+    else:
+        assert f"seed must be an integer from 0 to 2**32 - 1, got {seed}" in err
+
+
+@FUZZ
+@given(name=st.text(max_size=30).filter(lambda n: n.strip()))
+def test_fuzzed_study_names_for_tune(tmp_path, capsys, name):
+    _count("tune study names")
+    # A printable name passes and the artifact folder, a file, is refused next.
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    storage = f"sqlite:///{tmp_path / 'names.db'}"
+    argv = ["tune", "matmul", "--shape=8,8,8", f"--storage={storage}", f"--study={name}"]
+    err = _refused([*argv, f"--artifact-dir={taken}"], str(tmp_path), capsys)
+    if name.isprintable():
+        assert "it is a file" in err
+    else:
+        assert f"study name {name!r} holds a control character" in err
+
+
+_component = st.text(alphabet=string.ascii_letters + string.digits + "_- ", min_size=1, max_size=8)
+
+
+@FUZZ
+@given(
+    base=st.sampled_from(["file", "folder", "missing", "/sys"]),
+    tail=st.lists(_component.map(lambda c: f"tt-{c}"), max_size=3),
+)
+def test_fuzzed_artifact_dirs(tmp_path, capsys, base, tail):
+    _count("artifact folders")
+    (tmp_path / "taken").write_text("")
+    (tmp_path / "folder").mkdir(exist_ok=True)
+    root = {
+        "file": str(tmp_path / "taken"),
+        "folder": str(tmp_path / "folder"),
+        "missing": str(tmp_path / "missing"),
+        "/sys": "/sys",
+    }[base]
+    folder = os.path.join(root, *tail)
+    # A usable folder passes, and the in-memory storage is refused next: nothing is created.
+    argv = ["tune", "matmul", "--shape=8,8,8", "--storage=sqlite:///:memory:"]
+    err = _refused([*argv, f"--artifact-dir={folder}"], str(tmp_path), capsys)
+    assert os.listdir(tmp_path / "folder") == []
+    if base == "file":
+        assert ("it is a file" if not tail else f"{tmp_path / 'taken'} is a file") in err
+    elif base == "/sys":
+        assert "cannot write in /sys" in err
+    else:
+        assert "is in memory" in err
+
+
+@FUZZ
+@given(port=st.integers(-(2**40), 2**40) | st.sampled_from([-1, 0, 1, 8080, 65535, 65536]))
+def test_fuzzed_dashboard_ports(tmp_path, capsys, port):
+    _count("dashboard ports")
+    # A port in range passes, and the storage, missing, is refused: no artifacts folder.
+    argv = ["dashboard", f"--storage=sqlite:///{tmp_path / 'none.db'}", f"--port={port}"]
+    err = _refused(argv, str(tmp_path), capsys)
+    if 1 <= port <= 65535:
+        assert "none.db does not exist" in err
+    else:
+        assert f"port must be an integer from 1 to 65535, got {port}" in err
+
+
+_extent = st.integers(0, 18).map(lambda e: 2**e) | st.integers(1, 300_000)
+
+
+@FUZZ
+@given(op=st.sampled_from(["matmul", "batch_matmul"]), data=st.data())
+def test_fuzzed_memory_sizes(tmp_path, capsys, op, data):
+    _count("memory sizes")
+    dims = [data.draw(_extent, label=p) for p in ("B", "M", "N", "K")[op == "matmul" :]]
+    batch, m, n, k = ([1] if op == "matmul" else []) + dims
+    need = 4 * batch * (m * k + k * n + m * n)  # float32 A, B and C
+    budget = 0.25 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    shape = ",".join(map(str, dims))
+    err = _refused(["tune", op, f"--shape={shape}", "--trials=0"], str(tmp_path), capsys)
+    if need > budget:
+        assert f"its tensors need {need / 2**30:.1f} GiB of memory" in err, (need, err)
+    else:
+        assert "n_trials must be at least 1" in err
+
+
+_OPTIONS = ["--shape", "--target", "--trials", "--total-trials", "--storage", "--study"]
+_OPTIONS += ["--sampler", "--acquisition", "--seed", "--batch-size", "--repeat", "--port"]
+_OPTIONS += ["--run-timeout", "--artifact-dir", "--transfer-from", "--no-progress", "--bogus"]
+_token = st.one_of(
+    st.sampled_from(_OPTIONS),
+    st.sampled_from(["matmul", "8,8,8", "-1", "0", "abc", "llvm", "tpe", "ei", "x\ny", "--"]),
+    st.text(max_size=10),
+).filter(lambda t: not t.startswith(("-h", "--h")))  # --help (or a prefix) prints help
+
+
+@FUZZ
+@given(tokens=st.lists(_token, max_size=8))
+def test_fuzzed_argv(tmp_path, capsys, tokens):
+    _count("argv")
+    # Whatever the arguments, `tune` ends in one line and status 2: argparse's refusal, or
+    # (where they parse) the first bad value, at the latest --trials=0.
+    argv = ["tune", *tokens, "--trials=0"]
+    try:
+        _refused(argv, str(tmp_path), capsys)
+    except SystemExit:  # argparse refused them: check that refusal as a user sees it
+        capsys.readouterr()
+        _usage_error(argv, str(tmp_path), capsys)

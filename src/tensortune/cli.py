@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
@@ -17,10 +17,22 @@ if TYPE_CHECKING:
     from tensortune.measure import RpcDevice
 
 
+#: Trials of `tensortune tune` without --trials or --total-trials.
+DEFAULT_TRIALS = 64
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error told in one line like every other bad input (argparse
+    prints the whole usage first, 14 lines for ``tune``); ``--help`` is unchanged."""
+
+    def error(self, message: str) -> NoReturn:
+        # A value the user typed may hold a newline or an escape code: show those escaped.
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+        self.exit(2, f"tensortune: error: {shown} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tensortune", description="Tune tensor programs with TVM and Optuna."
-    )
+    parser = _Parser(prog="tensortune", description="Tune tensor programs with TVM and Optuna.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tune = sub.add_parser("tune", help="run (or resume) a tuning study")
@@ -34,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--target", default="llvm", help="llvm (this machine; default) or a JSON target"
     )
-    tune.add_argument("--trials", type=int, default=64, help="trials to run now (default 64)")
+    tune.add_argument(
+        "--trials", type=int, default=None, help=f"trials to run now (default {DEFAULT_TRIALS})"
+    )
     tune.add_argument(
         "--total-trials",
         type=int,
@@ -174,6 +188,11 @@ def _tune(args: argparse.Namespace) -> None:
     from tensortune.tuning import tune
     from tensortune.workloads import parse_shape
 
+    # Options that would be ignored without a word.
+    if args.total_trials is not None and args.trials is not None:
+        raise TensortuneError("give --trials or --total-trials, not both")
+    if args.transfer_storage is not None and not args.transfer_from:
+        raise TensortuneError("--transfer-storage holds --transfer-from studies: give those too")
     workload = parse_shape(args.workload, args.shape)
     device = _rpc_device(args)
     sources = []
@@ -190,7 +209,7 @@ def _tune(args: argparse.Namespace) -> None:
     study = tune(
         workload,
         args.target,
-        args.trials,
+        DEFAULT_TRIALS if args.trials is None else args.trials,
         storage=args.storage,
         study_name=args.study,
         sampler=make_sampler(
@@ -244,9 +263,11 @@ def _export(args: argparse.Namespace) -> None:
 def _dashboard(args: argparse.Namespace) -> None:
     from tensortune.dashboard import serve
 
-    print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+    def ready() -> None:
+        print(f"optuna-dashboard on http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+
     try:
-        serve(args.storage, args.host, args.port, args.artifact_dir)
+        serve(args.storage, args.host, args.port, args.artifact_dir, on_ready=ready)
     except OSError as err:  # the port is taken, or the host is not this machine's
         raise TensortuneError(f"cannot serve on {args.host}:{args.port}: {err}") from None
     except KeyboardInterrupt:

@@ -18,6 +18,8 @@ import optuna
 from optuna.trial import TrialState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import plotly.graph_objects as go
 
 #: The progress plot's id: saving under the same id replaces it, so it stays current.
@@ -135,6 +137,30 @@ def artifact_store(folder: str) -> optuna.artifacts.FileSystemArtifactStore:
     return optuna.artifacts.FileSystemArtifactStore(folder)
 
 
+def check_artifact_dir(folder: str) -> None:
+    """Raise `TensortuneError` unless `folder` is a folder this process can write in, or can
+    be created as one; creates nothing (it is asked before a study or the folder exists)."""
+    from tensortune.errors import TensortuneError
+
+    shown = folder if folder.isprintable() else repr(folder)
+    path = os.path.abspath(folder)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise TensortuneError(f"cannot use artifact folder {shown}: it is a file")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise TensortuneError(f"cannot use artifact folder {shown}: {existing} is a file")
+    # Permission bits do not say it for root or a read-only mount: try, and leave nothing.
+    try:
+        probe = tempfile.mkdtemp(prefix=".tensortune-probe-", dir=existing)
+    except OSError as err:
+        raise TensortuneError(
+            f"cannot use artifact folder {shown}: cannot write in {existing} ({err.strerror})"
+        ) from None
+    os.rmdir(probe)
+
+
 def kernel_sources(template: Any, config: dict[str, Any], target: dict[str, Any]) -> dict[str, str]:
     """File name → text of `config`'s scheduled TIR and of the code TVM generates for it
     (assembly for llvm; the device source, e.g. CUDA C, for a GPU target)."""
@@ -173,22 +199,40 @@ def publish_kernel(
 
 
 def serve(
-    storage: str, host: str = "127.0.0.1", port: int = 8080, artifact_dir: str | None = None
+    storage: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    artifact_dir: str | None = None,
+    on_ready: Callable[[], object] | None = None,
 ) -> None:
     """Run optuna-dashboard on `storage` until interrupted.
+
+    Raises `TensortuneError`, with nothing created, for a port out of range, a storage that
+    does not exist or an artifact folder that cannot be written.
 
     Args:
         storage: Optuna storage URL.
         host: Address to listen on. Default ``"127.0.0.1"``: this machine only; give
             ``"0.0.0.0"`` to share it.
-        port: Port. Default 8080, optuna-dashboard's.
+        port: Port, 1 to 65535. Default 8080, optuna-dashboard's.
         artifact_dir: Folder of the studies' artifacts (the best kernels' code). Default None:
             `default_artifact_dir` of `storage`; none for a server storage.
+        on_ready: Called once every check has passed, just before the server starts (the
+            CLI says there where it listens). Default None.
     """
     from optuna_dashboard import run_server
 
+    from tensortune.errors import TensortuneError
     from tensortune.storage import open_storage
 
+    # Every check before the artifact folder is created: a refusal leaves nothing behind.
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise TensortuneError(f"port must be an integer from 1 to 65535, got {port!r}")
+    db = open_storage(storage, must_exist=True)
     folder = artifact_dir or default_artifact_dir(storage)
+    if folder:
+        check_artifact_dir(folder)
     store = artifact_store(folder) if folder else None
-    run_server(open_storage(storage, must_exist=True), host=host, port=port, artifact_store=store)
+    if on_ready is not None:
+        on_ready()
+    run_server(db, host=host, port=port, artifact_store=store)

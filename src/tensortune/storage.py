@@ -94,6 +94,11 @@ def open_storage(
             f"malformed storage URL {url!r}; expected e.g. sqlite:///tensortune.db or "
             "postgresql://user@host/db"
         )
+    if _in_memory(url):
+        raise TensortuneError(
+            f"storage {_shown(url)} is in memory: every trial would be lost when the process "
+            "ends; give a file, e.g. sqlite:///tensortune.db"
+        )
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if must_exist and not os.path.isfile(path):
@@ -125,6 +130,20 @@ def open_storage(
         ):
             reason = f"{reason.rstrip('.')}; pip install 'tensortune[postgres]' installs psycopg2"
         raise TensortuneError(f"cannot open storage {_shown(shown)}: {reason}") from None
+
+
+def _in_memory(url: str) -> bool:
+    """Whether `url` is an in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``,
+    ``...?mode=memory``), which each connection sees empty."""
+    scheme, _, rest = url.partition("://")
+    if scheme.split("+")[0] != "sqlite":
+        return False
+    database = rest.removeprefix("/").partition("?")[0]
+    return (
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or "mode=memory" in rest
+    )
 
 
 def _shown(text: str) -> str:

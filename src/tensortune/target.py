@@ -5,6 +5,7 @@ The host's core count and LLVM CPU name are detected, never assumed.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,8 @@ def target_spec(text: str | dict[str, Any] | None = "llvm") -> dict[str, Any]:
     ``{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8}``, or the pre-0.27 flag form
     ``"llvm -mcpu=znver4 -num-cores=2"``. ``"cuda"`` takes the ``arch`` of this machine's first
     GPU (``nvidia-smi``); give it, e.g. ``{"kind": "cuda", "arch": "sm_90"}``, where there is
-    none. Raises `TensortuneError` for anything else.
+    none. Raises `TensortuneError` for anything else, and for an llvm ``mcpu`` or ``mtriple``
+    that LLVM does not know or a ``num-cores`` that is not a positive integer.
     """
     if text is None:
         text = "llvm"
@@ -77,7 +79,58 @@ def target_spec(text: str | dict[str, Any] | None = "llvm") -> dict[str, Any]:
             )
         spec["arch"] = arch
     make_target(spec)  # let TVM reject unknown attributes now, not in a worker
+    if kind == "llvm":
+        _check_llvm(spec)
     return spec
+
+
+def _check_llvm(spec: dict[str, Any]) -> None:
+    """Refuse what TVM accepts but LLVM would not honour: a CPU or triple LLVM does not know
+    (TVM builds for a generic CPU, or fails in a worker) and a core count that is not a
+    positive integer."""
+    from tvm.target import Target, codegen
+
+    cores = spec["num-cores"]
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise TensortuneError(f"num-cores must be a positive integer, got {cores!r}")
+    triple = spec.get("mtriple")
+    if triple is None:
+        triple = str(codegen.llvm_get_system_triple())
+    elif not isinstance(triple, str) or not _quietly(codegen.llvm_is_valid_cpu, "generic", triple):
+        # (Asking for the CPU list of such a triple would crash TVM.)
+        raise TensortuneError(f"unknown mtriple {triple!r}: LLVM has no target for it")
+    mcpu = spec["mcpu"]
+    if not isinstance(mcpu, str):
+        raise TensortuneError(f"mcpu must be an LLVM CPU name, got {mcpu!r}")
+    if codegen.llvm_is_valid_cpu(mcpu, triple):
+        return
+    known = [
+        str(n) for n in codegen.llvm_get_cpu_archlist(Target({"kind": "llvm", "mtriple": triple}))
+    ]
+    close = difflib.get_close_matches(mcpu.strip().lower(), known, n=3, cutoff=0.5)
+    if close:
+        hint = f"did you mean {', '.join(close)}?"
+    elif "mtriple" in spec:
+        hint = "e.g. generic"
+    else:
+        hint = f"leave mcpu out to build for this machine's CPU ({host_cpu()})"
+    raise TensortuneError(f"unknown mcpu {mcpu!r}: LLVM has no such CPU for {triple}; {hint}")
+
+
+def _quietly(function: Any, *args: Any) -> Any:
+    """`function(*args)` with file descriptor 2 muted: LLVM logs there, past Python's
+    sys.stderr, when it is asked about a triple it does not know."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            return function(*args)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def make_target(spec: dict[str, Any]) -> Target:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import time
 import warnings
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from optuna.trial import TrialState
 
 from tensortune.dashboard import (
     artifact_store,
+    check_artifact_dir,
     default_artifact_dir,
     publish_kernel,
     publish_note,
@@ -160,7 +162,7 @@ def make_sampler(
     Args:
         name: ``costmodel`` (`tensortune.CostModelSampler`, the learned search), ``tpe``,
             ``random`` or ``gp``.
-        seed: Seed of every random choice. Default None.
+        seed: Seed of every random choice, 0 to 2**32 - 1. Default None.
         template: The template the costmodel sampler proposes for. Default None: taken from
             the study's workload.
         batch_size: Configs the costmodel sampler proposes per model round. Default 8.
@@ -171,6 +173,10 @@ def make_sampler(
         cost_model: ``xgb`` or ``treegru`` (needs PyTorch); costmodel only. Default None
             (``xgb``).
     """
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32
+    ):  # what NumPy's and Optuna's generators take; anything else fails deep inside them
+        raise TensortuneError(f"seed must be an integer from 0 to 2**32 - 1, got {seed!r}")
     if name != "costmodel" and (acquisition, loss, cost_model) != (None, None, None):
         raise TensortuneError(
             "--acquisition, --loss and --cost-model apply to the costmodel sampler only"
@@ -251,12 +257,13 @@ def tune(
             study are failed as stale before each batch (`tensortune.storage.TrialHeartbeats`).
         study_name: Default ``"<workload key>@<target>"``, e.g.
             ``"matmul(M=64,N=64,K=64)@llvm-znver4"``, with ``"@<device key>"`` appended when
-            timing on a remote `device` (its timings are not this machine's).
+            timing on a remote `device` (its timings are not this machine's). Printable
+            characters only: no newline or terminal escape code.
         sampler: An Optuna sampler, or a name from `SAMPLERS` (see `make_sampler`). Default
             ``"costmodel"``: `tensortune.CostModelSampler`, the learned search. A sampler with
             ``source_studies`` has them checked before the study is created or resumed, and
             their names are kept in its ``transfer_sources`` user attr.
-        seed: Seed for a sampler given by name. Default None (unseeded).
+        seed: Seed for a sampler given by name, 0 to 2**32 - 1. Default None (unseeded).
         settings: Build and timing settings. Default `MeasureSettings()`.
         batch_size: Trials asked of the sampler at once and built in parallel. Default 8.
         show_progress: Show a progress bar on stderr. Default True. optuna-dashboard shows the
@@ -306,6 +313,13 @@ def tune(
         name += f"@{device.key}"
     if not name.strip():
         raise TensortuneError("study name must not be empty")
+    if not name.isprintable():  # a newline or terminal escape code would garble every listing
+        raise TensortuneError(
+            f"study name {name!r} holds a control character; use printable characters only"
+        )
+    folder = artifact_dir or default_artifact_dir(storage)
+    if folder:
+        check_artifact_dir(folder)  # now, not after the study was created
     sources = list(getattr(sampler, "source_studies", ()))
     check_sources(sources, target_key(spec), name)  # before anything is written
     db = open_storage(storage, heartbeat=True)  # workers that die leave no trial RUNNING

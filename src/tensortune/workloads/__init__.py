@@ -14,7 +14,7 @@ from tensortune.workloads._registry import (
     workload_definition,
     workload_names,
 )
-from tensortune.workloads.operators import PRESETS
+from tensortune.workloads.presets import PRESETS
 
 __all__ = [
     "PRESETS",

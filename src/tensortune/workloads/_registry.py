@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tensortune.errors import TensortuneError
+from tensortune.workloads.presets import PRESETS
 
 if TYPE_CHECKING:
     from tvm import te, tirx
@@ -92,7 +94,8 @@ class Workload:
         return f"{self.name}({inner})"
 
     def check(self) -> None:
-        """Raise `TensortuneError` unless the shape gives a well-formed, non-empty program."""
+        """Raise `TensortuneError` unless the shape gives a well-formed, non-empty program
+        whose tensors fit in `MEMORY_FRACTION` of this machine's physical memory."""
         try:
             tensors = self.tensors()
         except TensortuneError:
@@ -106,6 +109,21 @@ class Workload:
                     f"{self.key}: tensor {tensor.name} would have shape {tuple(dims)}; "
                     "every dimension must be positive"
                 )
+        total = physical_memory()
+        if total is not None and self.nbytes > total * MEMORY_FRACTION:
+            # Every measurement holds all of them (and the check a float64 reference), in
+            # several processes: refuse now, not with a worker's MemoryError and files left.
+            raise TensortuneError(
+                f"{self.key}: its tensors need {_size(self.nbytes)} of memory, more than "
+                f"{MEMORY_FRACTION:.0%} of this machine's {_size(total)}"
+            )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all the kernel's arguments together, inputs and outputs."""
+        return sum(
+            math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype, _ in self.argument_specs()
+        )
 
     def tensors(self) -> list[te.Tensor]:
         """The kernel's arguments as te tensors: inputs first, then outputs."""
@@ -163,6 +181,24 @@ class Workload:
 
 # Padding may be zero; every other parameter is a size or a stride.
 _NON_NEGATIVE = frozenset({"pad"})
+
+#: The share of physical memory a workload's tensors may take (`Workload.check`): the parent
+#: keeps inputs and a float64 reference, the timing worker its own copies.
+MEMORY_FRACTION = 0.25
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine; None where the system does not say (then
+    no workload is refused for its size)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not POSIX, or the name is unknown
+        return None
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 / 10 else f"{nbytes / 2**20:.1f} MiB"
+
 
 _REGISTRY: dict[str, WorkloadDef] = {}
 
@@ -237,8 +273,6 @@ def get_workload(name: str, *args: int, **shape: int) -> Workload:
 def parse_shape(name: str, text: str) -> Workload:
     """Parse a CLI shape for `name`: ``1024,1024,1024``, ``M=1024,N=512,K=256``, or a preset
     name from `tensortune.workloads.PRESETS` such as ``resnet18-c7``."""
-    from tensortune.workloads.operators import PRESETS
-
     if text.strip().lower() in PRESETS:
         preset_op, preset_shape = PRESETS[text.strip().lower()]
         if preset_op != name:
@@ -256,6 +290,8 @@ def parse_shape(name: str, text: str) -> Workload:
         except ValueError:
             raise TensortuneError(f"malformed shape {text!r}: {raw!r} is not an integer") from None
         if sep:
+            if key.strip() in named:  # else the last value would win without a word
+                raise TensortuneError(f"malformed shape {text!r}: {key.strip()} given twice")
             named[key.strip()] = number
         elif named:
             raise TensortuneError(f"malformed shape {text!r}: positional value after a named one")
