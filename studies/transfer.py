@@ -48,11 +48,11 @@ import sample_efficiency as se
 from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
 
 import tensortune
-from tensortune.sampler.history import trial_config
 from tensortune.sampler.transfer import project_config
 from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
+from tensortune.trial_records import trial_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: pair → (target label, source labels, whether to run the enqueue baseline).

@@ -21,7 +21,6 @@ from tensortune.dashboard import (
 )
 from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureResult, MeasureSettings, RpcDevice
-from tensortune.sampler.history import count_finished
 from tensortune.sampler.transfer import check_sources
 from tensortune.storage import (
     TrialHeartbeats,
@@ -33,6 +32,7 @@ from tensortune.storage import (
 )
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import InvalidConfig, Template, template_for
+from tensortune.trial_records import count_finished
 from tensortune.workloads import Workload, get_workload
 
 #: Samplers by name; the first is the default.
@@ -277,7 +277,7 @@ def tune(
             tracker hands out next, or fail with ``failed_stage`` ``"device"`` when none comes
             within ``device.wait_for_device``. Default None: time on this machine.
         total_trials: Run until the study holds this many finished trials (see
-            `tensortune.sampler.history.count_finished`; trials of a killed run are not
+            `tensortune.trial_records.count_finished`; trials of a killed run are not
             counted), instead of `n_trials` more: the same call then resumes an interrupted
             run to where it was headed. Rechecked before each batch, so that workers sharing
             the study stop together, overshooting by at most the batches others have in

@@ -15,15 +15,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from tensortune.errors import TensortuneError
-from tensortune.sampler.history import (
-    CONFIG_ATTR,
-    PROPOSAL_ATTR,
-    KnobSpace,
-    is_abandoned,
-    read_history,
-    stale_among,
-    trial_config,
-)
+from tensortune.sampler.history import KnobSpace, read_history
 from tensortune.sampler.proposals import RoundSettings, propose_round
 from tensortune.sampler.transfer import (
     SourceRows,
@@ -31,6 +23,7 @@ from tensortune.sampler.transfer import (
     load_sources,
     project_config,
 )
+from tensortune.trial_records import claim_config, claimed_by_another
 
 if TYPE_CHECKING:
     from tensortune.features import FeatureExtractor
@@ -243,9 +236,8 @@ class CostModelSampler(BaseSampler):
                 proposal: dict[str, Any] = {"source": source, "round": self._round}
                 if np.isfinite(score):
                     proposal["score"] = round(float(score), 4)
-                study._storage.set_trial_system_attr(trial._trial_id, CONFIG_ATTR, config)
-                study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, proposal)
-                if not _claimed_by_another(study, trial, config):
+                claim_config(study, trial, config, proposal)
+                if not claimed_by_another(study, trial, config):
                     break
         return config
 
@@ -395,19 +387,6 @@ class CostModelSampler(BaseSampler):
 _CLAIM_ATTEMPTS = 20
 
 
-def _claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: dict[str, Any]) -> bool:
-    """Whether another trial holds `config`, read after this trial's claim was written.
-
-    Another process may have chosen the same config between this one reading the study and
-    writing its claim. Each process writes, then checks, and chooses again on a match: of two
-    colliding claims, the one checked last sees the other, so both can't be kept. A trial
-    failed as stale holds nothing: its config is free again."""
-    others = study._storage.get_all_trials(study._study_id, deepcopy=False)
-    others = [t for t in others if t.number != trial.number and dict(trial_config(t)) == config]
-    stale = stale_among(study, others)
-    return any(not is_abandoned(t, stale) for t in others)
-
-
 def _refuse_multi_objective(study: optuna.Study) -> None:
-    if study._is_multi_objective():
+    if len(study.directions) > 1:
         raise ValueError("CostModelSampler supports single-objective studies only.")
