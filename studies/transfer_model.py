@@ -88,7 +88,7 @@ def fit_margin(sources, X, y, seed):
     discount = source_weight(len(y), 64.0)
 
     def margin(rows):
-        return discount * base.boosters_[0].predict(xgboost.DMatrix(rows), output_margin=True)
+        return discount * base.members_[0].predict(xgboost.DMatrix(rows), output_margin=True)
 
     if len(y) < 2 or np.ptp(y) == 0:
         return lambda rows: margin(rows)

@@ -20,6 +20,8 @@ from optuna.trial import TrialState
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
+    from tensortune.templates import Template
+
 #: The progress plot's id: saving under the same id replaces it, so it stays current.
 PROGRESS_PLOT_ID = "tensortune-progress"
 
@@ -135,7 +137,9 @@ def artifact_store(folder: str) -> optuna.artifacts.FileSystemArtifactStore:
     return optuna.artifacts.FileSystemArtifactStore(folder)
 
 
-def kernel_sources(template: Any, config: dict[str, Any], target: dict[str, Any]) -> dict[str, str]:
+def kernel_sources(
+    template: Template, config: dict[str, Any], target: dict[str, Any]
+) -> dict[str, str]:
     """File name → text of `config`'s scheduled TIR and of the code TVM generates for it
     (assembly for llvm; the device source, e.g. CUDA C, for a GPU target)."""
     import tvm
@@ -150,7 +154,7 @@ def kernel_sources(template: Any, config: dict[str, Any], target: dict[str, Any]
 
 def publish_kernel(
     trial: optuna.Trial,
-    template: Any,
+    template: Template,
     target: dict[str, Any],
     store: optuna.artifacts.FileSystemArtifactStore,
 ) -> None:

@@ -57,9 +57,8 @@ class Objective:
             this machine.
         settings: Build and timing settings. Default `MeasureSettings()`.
         vendor_gflops: The vendor library's GFLOP/s, for ``vendor_ratio``. Default None.
-        template: Knobs → schedule; anything with the methods of `CpuTemplate` (``workload``,
-            ``suggest``, ``apply``). Default None: the target kind's template
-            (`tensortune.templates.template_for`).
+        template: Knobs → schedule, a `tensortune.templates.Template`. Default None: the
+            target kind's template (`tensortune.templates.template_for`).
         device: Time candidates on this device of a TVM RPC tracker (they are still built
             here, for `target`, which should then describe that device). Default None: time
             on this machine.

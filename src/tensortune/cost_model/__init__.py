@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tensortune.cost_model.acquisition import (
     ACQUISITIONS,
     acquire,
     expected_improvement,
     upper_confidence_bound,
 )
+from tensortune.cost_model.cost_model import CostModel
+from tensortune.cost_model.ensemble import BootstrapEnsemble
 from tensortune.cost_model.evaluation import kendall_tau, top_k_recall
 from tensortune.cost_model.xgb import BootstrapXGBModel
 
@@ -17,7 +17,7 @@ from tensortune.cost_model.xgb import BootstrapXGBModel
 COST_MODELS = {"xgb": "curve", "treegru": "loop-tree"}
 
 
-def make_cost_model(name: str, loss: str, n_models: int, seed: int) -> Any:
+def make_cost_model(name: str, loss: str, n_models: int, seed: int) -> CostModel:
     """A fresh cost model by name (one of `COST_MODELS`): `BootstrapXGBModel` or
     `tensortune.cost_model.treegru.TreeGRUModel` (imported only when asked for: it needs
     PyTorch)."""
@@ -33,7 +33,9 @@ def make_cost_model(name: str, loss: str, n_models: int, seed: int) -> Any:
 __all__ = [
     "ACQUISITIONS",
     "COST_MODELS",
+    "BootstrapEnsemble",
     "BootstrapXGBModel",
+    "CostModel",
     "acquire",
     "expected_improvement",
     "kendall_tau",

@@ -8,12 +8,15 @@ paths), sent with cloudpickle, never TVM IR: pickling IR segfaults on some tvm-f
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tensortune.measure.settings import MeasureSettings
 from tensortune.workloads import Workload
+
+if TYPE_CHECKING:
+    from tensortune.templates import Template
 
 #: TVM device name of each target kind.
 DEVICE_OF_KIND = {"llvm": "cpu", "c": "cpu", "cuda": "cuda"}
@@ -27,7 +30,7 @@ def warm_up() -> None:
     import tvm  # noqa: F401
 
 
-def build(template: Any, config: dict[str, Any], target: dict[str, Any], path: str) -> float:
+def build(template: Template, config: dict[str, Any], target: dict[str, Any], path: str) -> float:
     """Schedule `config` with `template`, compile it and export it to `path`; returns compile
     seconds."""
     import tvm

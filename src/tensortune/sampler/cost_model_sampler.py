@@ -15,7 +15,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from tensortune.errors import TensortuneError
-from tensortune.sampler.history import KnobSpace, read_history
+from tensortune.sampler.history import History, KnobSpace, read_history
 from tensortune.sampler.proposals import RoundSettings, propose_round
 from tensortune.sampler.transfer import (
     SourceRows,
@@ -26,6 +26,7 @@ from tensortune.sampler.transfer import (
 from tensortune.trial_records import claim_config, claimed_by_another
 
 if TYPE_CHECKING:
+    from tensortune.cost_model import CostModel
     from tensortune.features import FeatureExtractor
     from tensortune.templates import Template
 
@@ -195,7 +196,7 @@ class CostModelSampler(BaseSampler):
         self._fitted_at = -1
         self._round = 0
         self._sources: SourceRows | None = None
-        self._model: Any = None
+        self._model: CostModel | None = None
         #: Wall time per phase of the last model round (for benchmarks and the curious).
         self.last_round_seconds: dict[str, float] = {}
 
@@ -332,7 +333,7 @@ class CostModelSampler(BaseSampler):
             self._sources = load_sources(self.source_studies, self.feature_set)
         return self._sources
 
-    def _propose(self, history: Any) -> None:
+    def _propose(self, history: History) -> None:
         assert self._space is not None and self._extractor is not None
         space, extractor = self._space, self._extractor
 
@@ -349,7 +350,7 @@ class CostModelSampler(BaseSampler):
             prior=self._sources,
             prior_starts=self._prior_starts(),
             # A model that warm-starts (the TreeGRU) goes on from its last fit; others are new.
-            model=self._model if getattr(self._model, "warm_start", False) else None,
+            model=self._model if self._model is not None and self._model.warm_start else None,
         )
         self._model = result.model
         self._chains = result.states

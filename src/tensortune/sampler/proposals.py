@@ -6,11 +6,10 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from tensortune.cost_model import acquire, make_cost_model
+from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.transfer import SourceRows, source_weight
 from tensortune.search import anneal, diverse_greedy, random_configs, with_random_share
@@ -57,7 +56,7 @@ class Round:
     states: np.ndarray
     seconds: dict[str, float]
     n_scored: int
-    model: Any = None
+    model: CostModel | None = None
 
 
 def fit_cost_model(
@@ -66,8 +65,8 @@ def fit_cost_model(
     settings: RoundSettings,
     seed: int,
     prior: SourceRows | None = None,
-    model: Any = None,
-) -> tuple[Any, np.ndarray, np.ndarray]:
+    model: CostModel | None = None,
+) -> tuple[CostModel, np.ndarray, np.ndarray]:
     """The cost model fit on the measured configs and the `prior` studies' rows; also returns
     the study's own feature rows and scaled targets (rows the template can't schedule are left
     out). A `model` from an earlier round is fit again (the TreeGRU goes on from its weights);
@@ -135,7 +134,7 @@ def propose_round(
     rng: np.random.Generator,
     prior: SourceRows | None = None,
     prior_starts: np.ndarray | None = None,
-    model: Any = None,
+    model: CostModel | None = None,
 ) -> Round:
     """Fit (on the study's history and the `prior` studies' rows; `model` from the last
     round, or a fresh one), anneal from `chains` (and `prior_starts`, see `chain_starts`), and

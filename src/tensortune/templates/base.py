@@ -21,7 +21,8 @@ class InvalidConfig(ValueError):
 
 
 class KnobTemplate:
-    """Base of `CpuTemplate` and `CudaTemplate`: a subclass sets ``workload``, and defines
+    """Base of `CpuTemplate` and `CudaTemplate`, implementing `tensortune.templates.Template`:
+    a subclass sets ``workload``, and defines
     ``knobs`` and ``_schedule(sch, config)``, which applies a checked config to a schedule."""
 
     workload: Workload
