@@ -36,6 +36,7 @@ from tensortune.sampler.history import KnobSpace, read_history, training_targets
 from tensortune.sampler.transfer import load_sources, source_weight
 from tensortune.storage import study_workload
 from tensortune.templates import CpuTemplate
+from tensortune.tuning import SAMPLERS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: target label → source labels (study labels of the sample-efficiency run).
@@ -62,11 +63,7 @@ def studies_of(storage: optuna.storages.BaseStorage, label: str, tuner: str) -> 
 
 def target_rows(storage, label: str):
     """Feature rows and GFLOP/s of every config measured on `label`, by study name."""
-    studies = [
-        s
-        for tuner in ("costmodel", "tpe", "random", "gp")
-        for s in studies_of(storage, label, tuner)
-    ]
+    studies = [s for tuner in SAMPLERS for s in studies_of(storage, label, tuner)]
     template = CpuTemplate(study_workload(studies[0]))
     space = KnobSpace(template.knobs)
     extractor = FeatureExtractor(template, "curve")

@@ -12,6 +12,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tensortune.cost_model import ACQUISITIONS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.dashboard import (
     artifact_store,
     default_artifact_dir,
@@ -157,18 +158,20 @@ def make_sampler(
     """An Optuna sampler by name, seeded with `seed` (default None: unseeded).
 
     Args:
-        name: ``costmodel`` (`tensortune.CostModelSampler`, the learned search), ``tpe``,
-            ``random`` or ``gp``.
+        name: One of `SAMPLERS`: ``costmodel`` (`tensortune.CostModelSampler`, the learned
+            search), ``tpe``, ``random`` or ``gp``.
         seed: Seed of every random choice. Default None.
         template: The template the costmodel sampler proposes for. Default None: taken from
             the study's workload.
         batch_size: Configs the costmodel sampler proposes per model round. Default 8.
-        acquisition: ``mean``, ``ei`` or ``ucb``; costmodel only. Default None (``mean``).
-        loss: ``rank`` or ``reg``; costmodel only. Default None (``rank``).
+        acquisition: One of `tensortune.cost_model.ACQUISITIONS` (``mean``, ``ei`` or
+            ``ucb``); costmodel only. Default None (``mean``).
+        loss: One of `tensortune.cost_model.LOSSES` (``rank`` or ``reg``); costmodel only.
+            Default None (``rank``).
         source_studies: Prior studies that warm-start the cost model; costmodel only.
             Default ``()``: a cold start.
-        cost_model: ``xgb`` or ``treegru`` (needs PyTorch); costmodel only. Default None
-            (``xgb``).
+        cost_model: One of `tensortune.cost_model.COST_MODELS` (``xgb`` or ``treegru``, which
+            needs PyTorch); costmodel only. Default None (``xgb``).
     """
     if name != "costmodel" and (acquisition, loss, cost_model) != (None, None, None):
         raise TensortuneError(
@@ -189,9 +192,9 @@ def make_sampler(
         try:
             return CostModelSampler(
                 template,
-                cost_model=cost_model or "xgb",
-                acquisition=acquisition or "mean",
-                loss=loss or "rank",
+                cost_model=cost_model or DEFAULT_COST_MODEL,
+                acquisition=acquisition or ACQUISITIONS[0],
+                loss=loss or LOSSES[0],
                 batch_size=batch_size,
                 source_studies=source_studies,
                 seed=seed,

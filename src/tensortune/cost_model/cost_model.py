@@ -12,6 +12,10 @@ from typing import Protocol, Self
 
 import numpy as np
 
+#: Losses every cost model trains with; the first is the default. ``"rank"``: only the order of
+#: the configs of one workload is learnt (the paper's choice); ``"reg"``: the throughput itself.
+LOSSES = ("rank", "reg")
+
 
 class CostModel(Protocol):
     """A cost model: ``fit`` on feature rows and targets, ``predict`` a mean and a spread.

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from tensortune.cost_model.cost_model import LOSSES
 from tensortune.cost_model.ensemble import BootstrapEnsemble
 from tensortune.cost_model.training_rows import TrainingSet
 from tensortune.features.loop_tree import LENGTH, NODE_WIDTH, decode_trees
 from tensortune.target import host_cores
-
-LOSSES = ("rank", "reg")
 
 
 def _torch() -> Any:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensortune.cost_model.cost_model import LOSSES
 from tensortune.cost_model.ensemble import BootstrapEnsemble
 from tensortune.cost_model.training_rows import TrainingSet
 from tensortune.target import host_cores
@@ -20,8 +21,8 @@ from tensortune.target import host_cores
 if TYPE_CHECKING:
     import xgboost
 
-#: Loss name → XGBoost objective. "rank" is the paper's pairwise rank loss.
-LOSSES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
+#: Loss name (one of `tensortune.cost_model.LOSSES`) → XGBoost objective.
+_OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 
 
 class BootstrapXGBModel(BootstrapEnsemble):
@@ -151,7 +152,7 @@ class BootstrapXGBModel(BootstrapEnsemble):
 
     def _xgb_params(self, seed: int) -> dict[str, Any]:
         params: dict[str, Any] = {
-            "objective": LOSSES[self.loss],
+            "objective": _OBJECTIVES[self.loss],
             "tree_method": "hist",
             "max_depth": self.max_depth,
             "eta": self.learning_rate,

@@ -14,6 +14,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
 from tensortune.sampler.history import History, KnobSpace, read_history
 from tensortune.sampler.proposals import RoundSettings, propose_round
@@ -57,7 +58,8 @@ class CostModelSampler(BaseSampler):
     Args:
         template: The knobs → schedule template. Default None: built from the study's
             ``workload``/``shape`` user attrs, as `tensortune.tune` writes them.
-        cost_model: ``"xgb"`` (`tensortune.cost_model.BootstrapXGBModel`) or ``"treegru"``
+        cost_model: One of `tensortune.cost_model.COST_MODELS`: ``"xgb"``
+            (`tensortune.cost_model.BootstrapXGBModel`) or ``"treegru"``
             (`tensortune.cost_model.treegru.TreeGRUModel`, needs PyTorch; each round goes on
             training the last round's networks). Default ``"xgb"``: it needs no PyTorch,
             trains about 40× faster and ranks held-out configs of one workload as well or
@@ -68,9 +70,11 @@ class CostModelSampler(BaseSampler):
             None: the model's own, ``"curve"`` for xgb (operator-independent, so prior studies
             of other operators can train it) and ``"loop-tree"`` for treegru, which reads
             nothing else.
-        loss: ``"rank"`` (pairwise ranking, the paper's choice: only the order matters) or
-            ``"reg"`` (squared error on relative throughput). Default ``"rank"``.
-        acquisition: ``"mean"``, ``"ei"`` or ``"ucb"`` over the ensemble's mean and spread.
+        loss: One of `tensortune.cost_model.LOSSES`: ``"rank"`` (pairwise ranking, the
+            paper's choice: only the order matters) or ``"reg"`` (squared error on relative
+            throughput). Default ``"rank"``.
+        acquisition: One of `tensortune.cost_model.ACQUISITIONS`: ``"mean"``, ``"ei"`` or
+            ``"ucb"`` over the ensemble's mean and spread.
             Default ``"mean"``: the paper found that uncertainty did not help this search.
         n_models: Bootstrap ensemble size. Default 3: enough for a spread, and training
             stays cheap.
@@ -111,10 +115,10 @@ class CostModelSampler(BaseSampler):
         self,
         template: Template | None = None,
         *,
-        cost_model: str = "xgb",
+        cost_model: str = DEFAULT_COST_MODEL,
         feature_set: str | None = None,
-        loss: str = "rank",
-        acquisition: str = "mean",
+        loss: str = LOSSES[0],
+        acquisition: str = ACQUISITIONS[0],
         n_models: int = 3,
         n_startup_trials: int = 16,
         batch_size: int = 8,
@@ -129,7 +133,6 @@ class CostModelSampler(BaseSampler):
         source_starts: int = 16,
         seed: int | None = None,
     ) -> None:
-        from tensortune.cost_model import ACQUISITIONS, COST_MODELS
         from tensortune.features import FEATURE_SETS
 
         if cost_model not in COST_MODELS:
@@ -141,7 +144,7 @@ class CostModelSampler(BaseSampler):
             raise ValueError(f"the treegru cost model reads loop trees, not {feature_set!r}")
         for name, value, choices in (
             ("feature_set", feature_set, FEATURE_SETS),
-            ("loss", loss, ("rank", "reg")),
+            ("loss", loss, LOSSES),
             ("acquisition", acquisition, ACQUISITIONS),
         ):
             if value not in choices:
