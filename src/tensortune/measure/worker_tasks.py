@@ -1,8 +1,9 @@
 """Functions that run inside the build and run worker processes.
 
 They take only plain Python arguments (a template, a workload, a config dict, a target dict,
-paths), sent with cloudpickle, never TVM IR: pickling IR segfaults on some tvm-ffi versions
-(see tvm-0.27-facts.md), and a workload registered in a user's script travels by value.
+paths), sent with cloudpickle, never TVM IR: tvm-ffi 0.1.15 segfaults when it pickles or
+serializes IR that holds a ``PrimType``, and a workload registered in a user's script travels
+by value.
 """
 
 from __future__ import annotations
