@@ -142,10 +142,10 @@ def kernel_sources(
 ) -> dict[str, str]:
     """File name → text of `config`'s scheduled TIR and of the code TVM generates for it
     (assembly for llvm; the device source, e.g. CUDA C, for a GPU target)."""
-    import tvm
+    from tensortune.templates.compile import compile_config
 
-    sch = template.apply(config)
-    module = tvm.compile(sch.mod, target=tvm.target.Target(target)).mod
+    sch, executable = compile_config(template, config, target)
+    module = executable.mod
     code = module.inspect_source("asm") if target.get("kind") == "llvm" else ""
     if not code and module.imports:
         code = module.imports[0].inspect_source()

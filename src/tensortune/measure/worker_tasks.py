@@ -34,11 +34,11 @@ def warm_up() -> None:
 def build(template: Template, config: dict[str, Any], target: dict[str, Any], path: str) -> float:
     """Schedule `config` with `template`, compile it and export it to `path`; returns compile
     seconds."""
-    import tvm
+    from tensortune.templates.compile import compile_config
 
     start = time.perf_counter()
-    sch = template.apply(config)
-    tvm.compile(sch.mod, target=tvm.target.Target(target)).export_library(path)
+    _, executable = compile_config(template, config, target)
+    executable.export_library(path)
     return time.perf_counter() - start
 
 

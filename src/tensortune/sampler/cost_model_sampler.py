@@ -24,6 +24,7 @@ from tensortune.sampler.transfer import (
     load_sources,
     project_config,
 )
+from tensortune.search import random_configs, unseen_random_configs
 from tensortune.trial_records import claim_config, claimed_by_another
 
 if TYPE_CHECKING:
@@ -380,11 +381,11 @@ class CostModelSampler(BaseSampler):
     def _random_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         assert self._space is not None
         sizes = self._space.sizes
-        for _ in range(1000):
-            indices = tuple(int(self._rng.integers(n)) for n in sizes)
-            if indices not in taken:
-                return indices
-        return indices  # a space this crowded has nothing new left to offer
+        found = unseen_random_configs(sizes, 1, self._rng, taken, per_round=1, max_rounds=999)
+        if len(found):
+            return tuple(int(v) for v in found[0])
+        # A space this crowded has nothing new left to offer: the 1000th draw, taken or not.
+        return tuple(int(v) for v in random_configs(sizes, 1, self._rng)[0])
 
 
 #: Tries at a config no other process claimed meanwhile before a duplicate is accepted.

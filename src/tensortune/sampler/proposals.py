@@ -12,7 +12,13 @@ import numpy as np
 from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.transfer import SourceRows, source_weight
-from tensortune.search import anneal, diverse_greedy, random_configs, with_random_share
+from tensortune.search import (
+    anneal,
+    diverse_greedy,
+    random_configs,
+    unseen_random_configs,
+    with_random_share,
+)
 
 #: Maps ``(n, m)`` knob indices to ``(n, d)`` feature rows (NaN rows: unschedulable configs).
 Featurize = Callable[[np.ndarray], np.ndarray]
@@ -195,7 +201,9 @@ def propose_round(
     selected = candidates[picked]
     scores = cand_scores[picked].astype(np.float64)
     if len(selected) < b:  # the annealer found fewer fresh configs than asked: fill at random
-        extra = _fresh_random(sizes, b - len(selected), history.taken, selected, rng)
+        avoid = history.taken | {tuple(int(v) for v in row) for row in selected}
+        n = b - len(selected)
+        extra = unseen_random_configs(sizes, n, rng, avoid, per_round=4 * n, max_rounds=100)
         selected = np.vstack([selected, extra]) if len(selected) else extra
         scores = np.concatenate([scores, np.full(len(extra), np.nan)])
     mixed = with_random_share(selected, sizes, rng, epsilon=settings.epsilon, exclude=history.taken)
@@ -215,23 +223,3 @@ def propose_round(
         n_scored=result.n_scored,
         model=model,
     )
-
-
-def _fresh_random(
-    sizes: list[int],
-    n: int,
-    taken: set[tuple[int, ...]],
-    selected: np.ndarray,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    avoid = set(taken) | {tuple(int(v) for v in row) for row in selected}
-    out: list[np.ndarray] = []
-    for _ in range(100):
-        for row in random_configs(sizes, 4 * n, rng):
-            key = tuple(int(v) for v in row)
-            if key not in avoid:
-                avoid.add(key)
-                out.append(row)
-            if len(out) == n:
-                return np.asarray(out, dtype=np.int64)
-    return np.asarray(out, dtype=np.int64).reshape(-1, len(sizes))
