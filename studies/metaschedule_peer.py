@@ -1,10 +1,11 @@
 """TVM's own tuner, MetaSchedule, as a peer: `tune_tir` with its XGBoost cost model and
 evolutionary search, recorded trial by trial so that its curve is drawn like ours.
 
-Its builds use the fast ``f_build`` of ``tvm-0.27-facts.md`` §4 (the default builder spends
-about 20 s per batch re-importing TVM in a fresh pool), and its runner times each candidate
-with the same number / repeat / min_repeat_ms as our `MeasureSettings`. Its best kernel is then
-re-timed (and checked against NumPy) by our own measure code through `ScriptTemplate`.
+Its builds use a fast ``f_build``, just ``tvm.compile(mod, target=target).mod`` (the default
+builder spends about 20 s per batch re-importing TVM in a fresh pool), and its runner times each
+candidate with the same number / repeat / min_repeat_ms as our `MeasureSettings`. Its best
+kernel is then re-timed (and checked against NumPy) by our own measure code through
+`ScriptTemplate`.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def tune(
         seed: MetaSchedule's random seed.
         settings: Timing settings shared with our tuners (number, repeat, min_repeat_ms).
         work_dir: Folder for MetaSchedule's logs and database.
-        trials_per_iter: Candidates per search round. Default 32, as in the facts sheet.
+        trials_per_iter: Candidates per search round. Default 32, the round size MetaSchedule
+            was first run with for this comparison (``tune_tir``'s own default is 64).
     """
     import tvm
     from tvm.ir.utils import derived_object

@@ -48,11 +48,12 @@ import sample_efficiency as se
 from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
 
 import tensortune
-from tensortune.sampler.history import trial_config
+from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
 from tensortune.sampler.transfer import project_config
 from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
+from tensortune.trial_records import trial_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: pair → (target label, source labels, whether to run the enqueue baseline).
@@ -180,8 +181,8 @@ def main() -> None:
     parser.add_argument(
         "--cost-model",
         nargs="+",
-        choices=("xgb", "treegru"),
-        default=["xgb"],
+        choices=tuple(COST_MODELS),
+        default=[DEFAULT_COST_MODEL],
         help="the targets' cost models, run side by side (default xgb); the sources are the "
         "same either way",
     )

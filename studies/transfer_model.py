@@ -36,6 +36,7 @@ from tensortune.sampler.history import KnobSpace, read_history, training_targets
 from tensortune.sampler.transfer import load_sources, source_weight
 from tensortune.storage import study_workload
 from tensortune.templates import CpuTemplate
+from tensortune.tuning import SAMPLERS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: target label → source labels (study labels of the sample-efficiency run).
@@ -62,11 +63,7 @@ def studies_of(storage: optuna.storages.BaseStorage, label: str, tuner: str) -> 
 
 def target_rows(storage, label: str):
     """Feature rows and GFLOP/s of every config measured on `label`, by study name."""
-    studies = [
-        s
-        for tuner in ("costmodel", "tpe", "random", "gp")
-        for s in studies_of(storage, label, tuner)
-    ]
+    studies = [s for tuner in SAMPLERS for s in studies_of(storage, label, tuner)]
     template = CpuTemplate(study_workload(studies[0]))
     space = KnobSpace(template.knobs)
     extractor = FeatureExtractor(template, "curve")
@@ -88,7 +85,7 @@ def fit_margin(sources, X, y, seed):
     discount = source_weight(len(y), 64.0)
 
     def margin(rows):
-        return discount * base.boosters_[0].predict(xgboost.DMatrix(rows), output_margin=True)
+        return discount * base.members_[0].predict(xgboost.DMatrix(rows), output_margin=True)
 
     if len(y) < 2 or np.ptp(y) == 0:
         return lambda rows: margin(rows)

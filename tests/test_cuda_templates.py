@@ -160,8 +160,9 @@ def _valid(template: CudaTemplate, config: dict) -> bool:
 def test_learned_sampler_proposes_cuda_configs_from_gpu_schedules(tmp_path):
     import numpy as np
 
-    from tensortune.sampler import PROPOSAL_ATTR, CostModelSampler
+    from tensortune.sampler import CostModelSampler
     from tensortune.storage import create_study, open_storage
+    from tensortune.trial_records import PROPOSAL_ATTR
 
     workload = get_workload("matmul", 64, 64, 64)
     sampler = CostModelSampler(n_startup_trials=8, batch_size=4, seed=0)

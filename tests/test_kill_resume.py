@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
-from tensortune.sampler.history import (
+from tensortune.trial_records import (
     CONFIG_ATTR,
     count_finished,
     is_abandoned,

@@ -28,13 +28,7 @@ from optuna.trial import TrialState
 import tensortune
 from tensortune.errors import TensortuneError
 from tensortune.sampler import CostModelSampler
-from tensortune.sampler.history import (
-    CONFIG_ATTR,
-    KnobSpace,
-    read_history,
-    stale_trial_numbers,
-    trial_config,
-)
+from tensortune.sampler.history import KnobSpace, read_history
 from tensortune.storage import (
     GRACE_PERIOD_ENV,
     HEARTBEAT_INTERVAL_ENV,
@@ -44,6 +38,7 @@ from tensortune.storage import (
     open_storage,
 )
 from tensortune.templates import CpuTemplate
+from tensortune.trial_records import CONFIG_ATTR, stale_trial_numbers, trial_config
 
 #: Short heartbeat for the tests that kill a worker (the defaults wait five minutes).
 INTERVAL, GRACE = 1, 3

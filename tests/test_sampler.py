@@ -12,8 +12,9 @@ from optuna.testing.pytest_samplers import (
 from optuna.trial import TrialState
 
 import tensortune
-from tensortune.sampler import CONFIG_ATTR, PROPOSAL_ATTR, CostModelSampler
+from tensortune.sampler import CostModelSampler
 from tensortune.templates import CpuTemplate
+from tensortune.trial_records import CONFIG_ATTR, PROPOSAL_ATTR
 
 
 # Outside a tensortune study (no template), every space is sampled independently: these are

@@ -14,6 +14,7 @@ from tensortune.search import (
     diverse_greedy,
     mutate,
     random_configs,
+    unseen_random_configs,
     with_random_share,
 )
 
@@ -188,3 +189,16 @@ def test_random_share_is_reproducible():
     a = with_random_share(selected, SPACE, np.random.default_rng(5), epsilon=0.5)
     b = with_random_share(selected, SPACE, np.random.default_rng(5), epsilon=0.5)
     np.testing.assert_array_equal(a, b)
+
+
+def test_unseen_random_configs_are_new_distinct_and_seeded():
+    taken = {(0, 0), (1, 1), (2, 3)}
+    draw = [unseen_random_configs([3, 4], 6, np.random.default_rng(3), taken, 4, 50) for _ in "ab"]
+    rows = [tuple(row) for row in draw[0].tolist()]
+    assert len(rows) == 6 and len(set(rows)) == 6 and not set(rows) & taken
+    np.testing.assert_array_equal(draw[0], draw[1])
+    # A crowded space gives what it has left, and an empty (0, m) array when nothing is.
+    crowded = unseen_random_configs([2, 2], 10, np.random.default_rng(0), {(0, 0)}, 8, 20)
+    assert sorted(tuple(row) for row in crowded.tolist()) == [(0, 1), (1, 0), (1, 1)]
+    full = unseen_random_configs([1, 2], 1, np.random.default_rng(0), {(0, 0), (0, 1)}, 4, 5)
+    assert full.shape == (0, 2)

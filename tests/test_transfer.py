@@ -13,10 +13,11 @@ import tensortune
 from tensortune import MeasureSettings, TensortuneError
 from tensortune.cli import main
 from tensortune.measure import Measurer
-from tensortune.sampler import PROPOSAL_ATTR, CostModelSampler
+from tensortune.sampler import CostModelSampler
 from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
+from tensortune.trial_records import PROPOSAL_ATTR
 
 TARGET = dict(M=128, N=128, K=128)
 SOURCE = dict(M=192, N=96, K=160)  # another shape: no config of it is a config of the target

@@ -8,7 +8,7 @@ import sys
 import optuna
 from optuna.trial import TrialState
 
-from tensortune.sampler.history import trial_config
+from tensortune.trial_records import trial_config
 
 
 def test_workers_with_one_seed_measure_distinct_configs(storage_url):

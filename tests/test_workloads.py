@@ -63,7 +63,7 @@ def test_references_against_independent_formulas():
 def test_flop_counts():
     assert get_workload("matmul", 1024, 1024, 1024).flop_count == 2 * 1024**3
     c7 = parse_shape("conv2d", "resnet18-c7")
-    assert c7.flop_count == pytest.approx(0.1156e9, rel=1e-3)  # as in tvm-0.27-facts.md
+    assert c7.flop_count == pytest.approx(0.1156e9, rel=1e-3)  # 2*OC*OH*OW*C*KH*KW
     assert get_workload("depthwise_conv2d", 1, 4, 8, 8).flop_count == 2 * 4 * 8 * 8 * 9
 
 

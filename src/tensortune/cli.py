@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS, make_sampler
@@ -69,23 +70,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument(
         "--acquisition",
-        choices=("mean", "ei", "ucb"),
+        choices=ACQUISITIONS,
         default=None,
         help="costmodel: score candidates by the predicted mean, expected improvement or "
-        "upper confidence bound (default mean)",
+        f"upper confidence bound (default {ACQUISITIONS[0]})",
     )
     tune.add_argument(
         "--loss",
-        choices=("rank", "reg"),
+        choices=LOSSES,
         default=None,
-        help="costmodel: train the cost model to rank or to regress throughput (default rank)",
+        help="costmodel: train the cost model to rank or to regress throughput "
+        f"(default {LOSSES[0]})",
     )
     tune.add_argument(
         "--cost-model",
-        choices=("xgb", "treegru"),
+        choices=tuple(COST_MODELS),
         default=None,
         help="costmodel: XGBoost over program features, or a TreeGRU over the loop tree "
-        "(needs PyTorch) (default xgb)",
+        f"(needs PyTorch) (default {DEFAULT_COST_MODEL})",
     )
     tune.add_argument(
         "--transfer-from",

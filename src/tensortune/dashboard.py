@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
     import plotly.graph_objects as go
 
+    from tensortune.templates import Template
+
 #: The progress plot's id: saving under the same id replaces it, so it stays current.
 PROGRESS_PLOT_ID = "tensortune-progress"
 
@@ -161,13 +163,15 @@ def check_artifact_dir(folder: str) -> None:
     os.rmdir(probe)
 
 
-def kernel_sources(template: Any, config: dict[str, Any], target: dict[str, Any]) -> dict[str, str]:
+def kernel_sources(
+    template: Template, config: dict[str, Any], target: dict[str, Any]
+) -> dict[str, str]:
     """File name → text of `config`'s scheduled TIR and of the code TVM generates for it
     (assembly for llvm; the device source, e.g. CUDA C, for a GPU target)."""
-    import tvm
+    from tensortune.templates.compile import compile_config
 
-    sch = template.apply(config)
-    module = tvm.compile(sch.mod, target=tvm.target.Target(target)).mod
+    sch, executable = compile_config(template, config, target)
+    module = executable.mod
     code = module.inspect_source("asm") if target.get("kind") == "llvm" else ""
     if not code and module.imports:
         code = module.imports[0].inspect_source()
@@ -176,7 +180,7 @@ def kernel_sources(template: Any, config: dict[str, Any], target: dict[str, Any]
 
 def publish_kernel(
     trial: optuna.Trial,
-    template: Any,
+    template: Template,
     target: dict[str, Any],
     store: optuna.artifacts.FileSystemArtifactStore,
 ) -> None:

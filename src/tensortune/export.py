@@ -15,8 +15,8 @@ import optuna
 from tensortune.errors import TensortuneError
 from tensortune.measure.worker_tasks import mismatch
 from tensortune.storage import best_summary, study_target, study_workload
-from tensortune.target import make_target
 from tensortune.templates import template_for
+from tensortune.templates.compile import compile_config
 from tensortune.workloads import Workload, get_workload
 
 LIBRARY = "kernel.so"
@@ -39,7 +39,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
     summary = best_summary(study)
     workload = study_workload(study)
     target = study_target(study)
-    sch = template_for(workload, target).apply(summary["config"])
+    template = template_for(workload, target)
 
     import tvm
 
@@ -47,7 +47,8 @@ def export_best(study: optuna.Study, directory: str) -> str:
     os.makedirs(staging)
     try:
         library = os.path.join(staging, LIBRARY)
-        tvm.compile(sch.mod, target=make_target(target)).export_library(library)
+        _, executable = compile_config(template, summary["config"], target)
+        executable.export_library(library)
         manifest = {
             "format": FORMAT,
             "workload": workload.name,

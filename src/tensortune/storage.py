@@ -7,7 +7,7 @@ exactly the same program: ``workload`` (key), ``workload_name``, ``shape``, ``ta
 Workers that tune one study keep their running trials alive with Optuna's heartbeat
 (`TrialHeartbeats`); a trial whose worker was killed stops beating and is failed as stale by
 the next worker (`fail_stale_trials`), which marks it in the study's system attrs
-(``tensortune:stale:<number>``) so that its config counts as never measured.
+(`tensortune.trial_records.mark_stale`) so that its config counts as never measured.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 
 from tensortune.errors import TensortuneError
+from tensortune.trial_records import mark_stale
 from tensortune.workloads import Workload, get_workload
 
 #: Where studies go unless the user says otherwise: a SQLite file in the working directory.
@@ -115,7 +116,7 @@ def open_storage(
         options = {
             "heartbeat_interval": interval,
             "grace_period": grace,
-            "heartbeat_stale_trial_callback": _mark_stale,
+            "heartbeat_stale_trial_callback": mark_stale,
         }
     try:
         with warnings.catch_warnings():
@@ -163,18 +164,6 @@ def _with_postgres_driver(url: str) -> str:
     if url.startswith("postgresql://") and importlib.util.find_spec("psycopg2") is not None:
         return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
     return url
-
-
-def _mark_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    """Optuna's stale-trial callback: record on the study that `trial` was failed because its
-    heartbeat stopped, not by a measurement (`tensortune.sampler.history.is_abandoned`)."""
-    from tensortune.sampler.history import STALE_ATTR_PREFIX
-
-    # The trial is FAIL already and Optuna refuses attrs on a finished trial: the study keeps
-    # the mark, one key per trial so that workers marking at once never overwrite each other.
-    study._storage.set_study_system_attr(
-        study._study_id, f"{STALE_ATTR_PREFIX}{trial.number}", "heartbeat stopped"
-    )
 
 
 def fail_stale_trials(study: optuna.Study) -> None:

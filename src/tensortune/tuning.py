@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tensortune.cost_model import ACQUISITIONS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.dashboard import (
     artifact_store,
     check_artifact_dir,
@@ -23,7 +24,6 @@ from tensortune.dashboard import (
 )
 from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureResult, MeasureSettings, RpcDevice
-from tensortune.sampler.history import count_finished
 from tensortune.sampler.transfer import check_sources
 from tensortune.storage import (
     TrialHeartbeats,
@@ -35,6 +35,7 @@ from tensortune.storage import (
 )
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import InvalidConfig, Template, template_for
+from tensortune.trial_records import count_finished
 from tensortune.workloads import Workload, get_workload
 
 #: Samplers by name; the first is the default.
@@ -59,9 +60,8 @@ class Objective:
             this machine.
         settings: Build and timing settings. Default `MeasureSettings()`.
         vendor_gflops: The vendor library's GFLOP/s, for ``vendor_ratio``. Default None.
-        template: Knobs → schedule; anything with the methods of `CpuTemplate` (``workload``,
-            ``suggest``, ``apply``). Default None: the target kind's template
-            (`tensortune.templates.template_for`).
+        template: Knobs → schedule, a `tensortune.templates.Template`. Default None: the
+            target kind's template (`tensortune.templates.template_for`).
         device: Time candidates on this device of a TVM RPC tracker (they are still built
             here, for `target`, which should then describe that device). Default None: time
             on this machine.
@@ -160,18 +160,20 @@ def make_sampler(
     """An Optuna sampler by name, seeded with `seed` (default None: unseeded).
 
     Args:
-        name: ``costmodel`` (`tensortune.CostModelSampler`, the learned search), ``tpe``,
-            ``random`` or ``gp``.
+        name: One of `SAMPLERS`: ``costmodel`` (`tensortune.CostModelSampler`, the learned
+            search), ``tpe``, ``random`` or ``gp``.
         seed: Seed of every random choice, 0 to 2**32 - 1. Default None.
         template: The template the costmodel sampler proposes for. Default None: taken from
             the study's workload.
         batch_size: Configs the costmodel sampler proposes per model round. Default 8.
-        acquisition: ``mean``, ``ei`` or ``ucb``; costmodel only. Default None (``mean``).
-        loss: ``rank`` or ``reg``; costmodel only. Default None (``rank``).
+        acquisition: One of `tensortune.cost_model.ACQUISITIONS` (``mean``, ``ei`` or
+            ``ucb``); costmodel only. Default None (``mean``).
+        loss: One of `tensortune.cost_model.LOSSES` (``rank`` or ``reg``); costmodel only.
+            Default None (``rank``).
         source_studies: Prior studies that warm-start the cost model; costmodel only.
             Default ``()``: a cold start.
-        cost_model: ``xgb`` or ``treegru`` (needs PyTorch); costmodel only. Default None
-            (``xgb``).
+        cost_model: One of `tensortune.cost_model.COST_MODELS` (``xgb`` or ``treegru``, which
+            needs PyTorch); costmodel only. Default None (``xgb``).
     """
     if seed is not None and (
         isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32
@@ -196,9 +198,9 @@ def make_sampler(
         try:
             return CostModelSampler(
                 template,
-                cost_model=cost_model or "xgb",
-                acquisition=acquisition or "mean",
-                loss=loss or "rank",
+                cost_model=cost_model or DEFAULT_COST_MODEL,
+                acquisition=acquisition or ACQUISITIONS[0],
+                loss=loss or LOSSES[0],
                 batch_size=batch_size,
                 source_studies=source_studies,
                 seed=seed,
@@ -284,7 +286,7 @@ def tune(
             tracker hands out next, or fail with ``failed_stage`` ``"device"`` when none comes
             within ``device.wait_for_device``. Default None: time on this machine.
         total_trials: Run until the study holds this many finished trials (see
-            `tensortune.sampler.history.count_finished`; trials of a killed run are not
+            `tensortune.trial_records.count_finished`; trials of a killed run are not
             counted), instead of `n_trials` more: the same call then resumes an interrupted
             run to where it was headed. Rechecked before each batch, so that workers sharing
             the study stop together, overshooting by at most the batches others have in

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tensortune.cost_model.acquisition import (
     ACQUISITIONS,
     acquire,
     expected_improvement,
     upper_confidence_bound,
 )
+from tensortune.cost_model.cost_model import LOSSES, CostModel
+from tensortune.cost_model.ensemble import BootstrapEnsemble
 from tensortune.cost_model.evaluation import kendall_tau, top_k_recall
 from tensortune.cost_model.xgb import BootstrapXGBModel
 
-#: Cost models by name, with the feature set each reads by default.
+#: Cost models by name, with the feature set each reads by default; the first is the default.
 COST_MODELS = {"xgb": "curve", "treegru": "loop-tree"}
+#: The default cost model, the first of `COST_MODELS`.
+DEFAULT_COST_MODEL = next(iter(COST_MODELS))
 
 
-def make_cost_model(name: str, loss: str, n_models: int, seed: int) -> Any:
+def make_cost_model(name: str, loss: str, n_models: int, seed: int) -> CostModel:
     """A fresh cost model by name (one of `COST_MODELS`): `BootstrapXGBModel` or
     `tensortune.cost_model.treegru.TreeGRUModel` (imported only when asked for: it needs
     PyTorch)."""
@@ -33,7 +35,11 @@ def make_cost_model(name: str, loss: str, n_models: int, seed: int) -> Any:
 __all__ = [
     "ACQUISITIONS",
     "COST_MODELS",
+    "DEFAULT_COST_MODEL",
+    "LOSSES",
+    "BootstrapEnsemble",
     "BootstrapXGBModel",
+    "CostModel",
     "acquire",
     "expected_improvement",
     "kendall_tau",

@@ -13,16 +13,16 @@ Needs ``torch`` (``pip install 'tensortune[treegru]'``); runs on a CUDA GPU wher
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from tensortune.cost_model.training_rows import grouped_rows, training_set
+from tensortune.cost_model.cost_model import LOSSES
+from tensortune.cost_model.ensemble import BootstrapEnsemble
+from tensortune.cost_model.training_rows import TrainingSet
 from tensortune.features.loop_tree import LENGTH, NODE_WIDTH, decode_trees
 from tensortune.target import host_cores
-
-LOSSES = ("rank", "reg")
 
 
 def _torch() -> Any:
@@ -95,10 +95,12 @@ def tree_batch(rows: np.ndarray, device: Any) -> tuple[Any, list[tuple[Any, Any]
     return x, levels
 
 
-class TreeGRUModel:
-    """An ensemble of Tree-GRUs over loop-tree rows (feature set ``"loop-tree"``), with
-    `BootstrapXGBModel`'s interface: ``fit(X, y, groups, sample_weight)`` and
-    ``predict(X) -> (mean, std)``.
+class TreeGRUModel(BootstrapEnsemble):
+    """An ensemble of Tree-GRUs over loop-tree rows (feature set ``"loop-tree"``), a
+    `BootstrapEnsemble` as `BootstrapXGBModel` is: ``fit(X, y, groups, sample_weight)`` and
+    ``predict(X) -> (mean, std)``; each `fit` but the first goes on training the last one's
+    members (``warm_start``). Fitted attributes: ``members_`` (the networks),
+    ``optimizers_``, ``n_fits_`` and those of `BootstrapEnsemble`.
 
     Args:
         loss: ``"rank"`` (default): logistic loss over every ordered pair of configs of one
@@ -150,59 +152,36 @@ class TreeGRUModel:
         self.device = device
         self.n_threads = n_threads
 
-    def fit(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        groups: np.ndarray | None = None,
-        sample_weight: np.ndarray | None = None,
-    ) -> TreeGRUModel:
-        """Train (or, with ``warm_start``, go on training) the ensemble; the arguments, and what
-        happens with nothing to learn, are as in `BootstrapXGBModel.fit`. X holds loop-tree
-        rows."""
+    def _start_fit(self, X: np.ndarray) -> None:
         torch = _torch()
         self._check_params()
         if np.ndim(X) != 2 or np.shape(X)[1] != LENGTH:
             raise ValueError(f"X must hold loop-tree rows of {LENGTH} values, got {np.shape(X)}")
         torch.set_num_threads(self.n_threads or host_cores())
-        start = time.perf_counter()
-        calls = getattr(self, "n_fits_", 0)
-        seeds = np.random.SeedSequence([self.seed, calls]).spawn(self.n_models + 1)
-        rng = np.random.default_rng(seeds[0])
-        data = training_set(X, y, groups, sample_weight, self.loss, self.max_train, rng)
-        X, y, groups, weight = data.X, data.y, data.groups, data.weight
-        self.n_train_ = len(y)
-        self.constant_ = data.constant
-        previous = list(zip(self.members_, self.optimizers_, strict=True)) if self._warm() else []
-        self.members_: list[Any] = []
-        self.optimizers_: list[Any] = []
-        self.scales_: list[tuple[float, float]] = []
-        if data.learnable:
-            for i, member_seed in enumerate(seeds[1:]):
-                start_from = previous[i] if i < len(previous) else None
-                self._fit_member(X, y, groups, weight, member_seed, start_from)
-        self.n_fits_ = calls + 1
-        self.fit_seconds_ = time.perf_counter() - start
-        return self
 
-    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ensemble's mean and standard deviation per row (rank members standardized on
-        their training rows first, as in `BootstrapXGBModel.predict`)."""
-        if not hasattr(self, "members_"):
-            raise RuntimeError("TreeGRUModel.predict called before fit")
-        X = np.asarray(X, dtype=np.float32)
+    def _seed_entropy(self) -> Any:
+        # Each fit draws new resamples and minibatch orders: the fit's number joins the seed.
+        return [self.seed, getattr(self, "n_fits_", 0)]
+
+    def _start_members(self, data: TrainingSet) -> None:
+        # The last fit's networks and optimizers, by member, for `_fit_member` to go on from.
+        self._previous: list[tuple[Any, Any]] = (
+            list(zip(self.members_, self.optimizers_, strict=True)) if self._warm() else []
+        )
+        self.optimizers_: list[Any] = []
+
+    def _end_fit(self) -> None:
+        self._previous = []  # the members went on in members_: hold no second reference
+        self.n_fits_ = getattr(self, "n_fits_", 0) + 1
+
+    def _check_rows(self, X: np.ndarray) -> None:
         if X.ndim != 2 or X.shape[1] != LENGTH:
             raise ValueError(f"X must have shape (n, {LENGTH}), got {X.shape}")
-        if not self.members_:
-            return np.full(len(X), self.constant_), np.zeros(len(X))
+
+    def _member_scores(self, X: np.ndarray) -> Iterator[np.ndarray]:
         _torch().set_num_threads(self.n_threads or host_cores())
-        preds = np.stack(
-            [
-                (self._scores(member, X) - offset) / scale
-                for member, (offset, scale) in zip(self.members_, self.scales_, strict=True)
-            ]
-        )
-        return preds.mean(axis=0), preds.std(axis=0)
+        for member in self.members_:
+            yield self._scores(member, X)
 
     # -- training --------------------------------------------------------------------------
     def _check_params(self) -> None:
@@ -224,22 +203,20 @@ class TreeGRUModel:
 
     def _fit_member(
         self,
+        index: int,
         X: np.ndarray,
         y: np.ndarray,
         groups: np.ndarray,
         weight: np.ndarray,
         seed: np.random.SeedSequence,
-        start_from: tuple[Any, Any] | None,
-    ) -> None:
-        """Train one member on a bootstrap resample; `start_from` is the last fit's network
-        and its optimizer, which go on (a fresh Adam would take full-size first steps)."""
+        rng: np.random.Generator,
+    ) -> tuple[Any, tuple[float, float]]:
+        """Train one member on its bootstrap resample, going on from the last fit's network and
+        its optimizer where there is one (a fresh Adam would take full-size first steps)."""
         torch = _torch()
-        rng = np.random.default_rng(seed)
-        rows = grouped_rows(groups, resample=self.n_models > 1, rng=rng)
-        X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
         device = self._device()
-        if start_from is not None:
-            net, optimizer = start_from
+        if index < len(self._previous):
+            net, optimizer = self._previous[index]
             epochs = self.warm_epochs
         else:
             with torch.random.fork_rng(devices=[]):
@@ -260,9 +237,8 @@ class TreeGRUModel:
                 loss.backward()
                 optimizer.step()
         net.eval()
-        self.members_.append(net)
         self.optimizers_.append(optimizer)
-        self.scales_.append(self._output_scale(net, X))
+        return net, self.output_scale(lambda: self._scores(net, X))
 
     def _loss(
         self, scores: Any, y: np.ndarray, groups: np.ndarray, weight: np.ndarray, device: Any
@@ -292,10 +268,3 @@ class TreeGRUModel:
                 scores = net(*tree_batch(X[at : at + chunk], device))
                 out[at : at + chunk] = scores.double().cpu().numpy()
         return out
-
-    def _output_scale(self, net: Any, X: np.ndarray) -> tuple[float, float]:
-        if self.loss != "rank":
-            return 0.0, 1.0
-        train = self._scores(net, X)
-        std = float(train.std())
-        return float(train.mean()), std if std > 0 else 1.0

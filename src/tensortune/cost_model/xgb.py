@@ -8,26 +8,30 @@ reports the members' mean and standard deviation for every row.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensortune.cost_model.training_rows import grouped_rows, training_set
+from tensortune.cost_model.cost_model import LOSSES
+from tensortune.cost_model.ensemble import BootstrapEnsemble
+from tensortune.cost_model.training_rows import TrainingSet
 from tensortune.target import host_cores
 
 if TYPE_CHECKING:
     import xgboost
 
-#: Loss name → XGBoost objective. "rank" is the paper's pairwise rank loss.
-LOSSES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
+#: Loss name (one of `tensortune.cost_model.LOSSES`) → XGBoost objective.
+_OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
 
 
-class BootstrapXGBModel:
+class BootstrapXGBModel(BootstrapEnsemble):
     """An ensemble of XGBoost boosters fit on bootstrap resamples of the training rows.
 
     Follows scikit-learn's estimator convention: the constructor only stores its arguments;
-    `fit` validates them and learns. Fitted attributes end in an underscore.
+    `fit` validates them and learns (see `BootstrapEnsemble.fit` and `.predict`; X may hold
+    NaN for a missing feature, XGBoost's convention). Fitted attributes end in an underscore:
+    ``members_`` holds the boosters.
 
     Args:
         loss: ``"rank"`` (default) trains with XGBoost's ``rank:pairwise`` objective over one
@@ -89,83 +93,13 @@ class BootstrapXGBModel:
         self.seed = seed
         self.n_threads = n_threads
 
-    def fit(
-        self,
-        X: np.ndarray,
-        y: np.ndarray,
-        groups: np.ndarray | None = None,
-        sample_weight: np.ndarray | None = None,
-    ) -> BootstrapXGBModel:
-        """Train the ensemble.
-
-        With fewer than two rows, or when y is constant (for the rank loss: within every
-        group), there is nothing to learn: no booster is trained and `predict` returns a
-        constant (0 for the rank loss, the weighted mean of y for the regression loss) with
-        zero spread.
-
-        Args:
-            X: Feature rows, shape (n, d); NaN marks a missing feature (XGBoost's convention).
-            y: Targets, shape (n,), higher is better: normalized throughput in [0, 1], with
-                0 for configs that failed.
-            groups: Integer id per row, shape (n,), of the workload it was measured on.
-                Default None: one workload. The rank loss only compares rows of one group, so
-                throughputs of different workloads never need a common scale; each bootstrap
-                resample draws within each group.
-            sample_weight: Positive weight per row, shape (n,). Default None: all 1. With the
-                rank loss a weight applies to a whole group, so it must be equal within one.
-
-        Returns:
-            The fitted model itself.
-
-        Raises:
-            ValueError: For an unknown loss, a non-positive ``n_models``, ``rank_pairs`` or
-                ``max_train``, mismatched shapes, a non-finite y, or bad groups or weights.
-        """
+    def _start_fit(self, X: np.ndarray) -> None:
         import xgboost  # noqa: F401  (imported before the clock starts: fit_seconds_ is training)
 
         self._check_params()
-        start = time.perf_counter()
-        seeds = np.random.SeedSequence(self.seed).spawn(self.n_models + 1)
-        rng = np.random.default_rng(seeds[0])
-        data = training_set(X, y, groups, sample_weight, self.loss, self.max_train, rng)
-        X, y, groups, weight = data.X, data.y, data.groups, data.weight
-        self.n_train_ = len(y)
-        self.n_features_ = X.shape[1]
-        self.boosters_: list[xgboost.Booster] = []
-        self.scales_: list[tuple[float, float]] = []
-        self.constant_ = data.constant
-        if data.learnable:
-            for member_seed in seeds[1:]:
-                self._fit_member(X, y, groups, weight, member_seed)
-        self.fit_seconds_ = time.perf_counter() - start
-        return self
 
-    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ensemble's mean and standard deviation (ddof=0) for each row, higher is better.
-
-        For the rank loss each member's margins are first standardized by the mean and standard
-        deviation of its predictions on its own training rows, so members that learnt the same
-        order on different offsets and scales average on one scale.
-
-        Args:
-            X: Feature rows, shape (n, d) with the d seen in `fit`.
-
-        Returns:
-            ``(mean, std)``, each of shape (n,).
-
-        Raises:
-            RuntimeError: If the model has not been fit.
-            ValueError: If X is not 2-D or has a different number of features.
-        """
-        if not hasattr(self, "boosters_"):
-            raise RuntimeError("BootstrapXGBModel.predict called before fit")
-        X = np.asarray(X, dtype=np.float32)
-        if X.ndim != 2 or X.shape[1] != self.n_features_:
-            raise ValueError(f"X must have shape (n, {self.n_features_}) as in fit, got {X.shape}")
-        if not self.boosters_:
-            return np.full(len(X), self.constant_), np.zeros(len(X))
-        preds = self._member_predictions(X)
-        return preds.mean(axis=0), preds.std(axis=0)
+    def _start_members(self, data: TrainingSet) -> None:
+        self.n_features_ = data.X.shape[1]
 
     def _check_params(self) -> None:
         if self.loss not in LOSSES:
@@ -179,18 +113,17 @@ class BootstrapXGBModel:
 
     def _fit_member(
         self,
+        index: int,
         X: np.ndarray,
         y: np.ndarray,
         groups: np.ndarray,
         weight: np.ndarray,
         seed: np.random.SeedSequence,
-    ) -> None:
-        """Train one booster on a bootstrap resample and record its output scale."""
+        rng: np.random.Generator,
+    ) -> tuple[xgboost.Booster, tuple[float, float]]:
+        """Train one booster on its bootstrap resample; returns it and its output scale."""
         import xgboost
 
-        rng = np.random.default_rng(seed)
-        rows = grouped_rows(groups, resample=self.n_models > 1, rng=rng)
-        X, y, groups, weight = X[rows], y[rows], groups[rows], weight[rows]
         dtrain = xgboost.DMatrix(X, label=y, nthread=self._threads())
         if self.loss == "rank":
             # One query per workload: each config is compared with every other of its workload.
@@ -204,35 +137,22 @@ class BootstrapXGBModel:
             dtrain,
             num_boost_round=self.num_boost_round,
         )
-        self.boosters_.append(booster)
-        self.scales_.append(self._output_scale(booster, dtrain))
+        return booster, self.output_scale(lambda: booster.predict(dtrain))
 
-    def _output_scale(
-        self, booster: xgboost.Booster, dtrain: xgboost.DMatrix
-    ) -> tuple[float, float]:
-        """Offset and scale that standardize a member's outputs (identity for regression)."""
-        if self.loss != "rank":
-            return 0.0, 1.0
-        train_pred = booster.predict(dtrain)
-        std = float(train_pred.std())
-        # A member whose trees are all stumps predicts a constant: leave it unscaled.
-        return float(train_pred.mean()), std if std > 0 else 1.0
+    def _check_rows(self, X: np.ndarray) -> None:
+        if X.ndim != 2 or X.shape[1] != self.n_features_:
+            raise ValueError(f"X must have shape (n, {self.n_features_}) as in fit, got {X.shape}")
 
-    def _member_predictions(self, X: np.ndarray) -> np.ndarray:
-        """Standardized predictions, shape (n_members, n)."""
+    def _member_scores(self, X: np.ndarray) -> Iterator[np.ndarray]:
         import xgboost
 
         data = xgboost.DMatrix(X, nthread=self._threads())
-        preds = np.empty((len(self.boosters_), len(X)))
-        for i, (booster, (offset, scale)) in enumerate(
-            zip(self.boosters_, self.scales_, strict=True)
-        ):
-            preds[i] = (booster.predict(data) - offset) / scale
-        return preds
+        for booster in self.members_:
+            yield booster.predict(data)
 
     def _xgb_params(self, seed: int) -> dict[str, Any]:
         params: dict[str, Any] = {
-            "objective": LOSSES[self.loss],
+            "objective": _OBJECTIVES[self.loss],
             "tree_method": "hist",
             "max_depth": self.max_depth,
             "eta": self.learning_rate,

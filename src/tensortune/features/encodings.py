@@ -66,7 +66,9 @@ CURVE_SCALARS = (
 )
 
 
-def _log(x: float) -> float:
+def log_scale(x: float) -> float:
+    """``log2(1 + x)``: how every count, size and stride enters a feature row, so that sizes
+    spanning orders of magnitude stay comparable and 0 stays 0."""
     return math.log2(1.0 + x)
 
 
@@ -115,24 +117,24 @@ def itervar_features(
         loop = loops[level]
         inside = below * loop.extent
         row = [
-            _log(loop.extent),
+            log_scale(loop.extent),
             float(level),
-            _log(_product(loops[:level])),
-            _log(below),
+            log_scale(_product(loops[:level])),
+            log_scale(below),
             float(loop.kind == "parallel"),
             float(loop.kind == "vectorized"),
             float(loop.kind == "unrolled"),
             float(0 < inside <= loop.auto_unroll),
             float(loop.kind == "thread"),
-            _log(inside * main.ops),
+            log_scale(inside * main.ops),
         ]
         for access, prints in accesses:
             touched = prints[level]
             row += [
-                _log(touched * access.itemsize),
-                _log(access.stride(level)),
-                _log(inside),
-                _log(inside / touched),
+                log_scale(touched * access.itemsize),
+                log_scale(access.stride(level)),
+                log_scale(inside),
+                log_scale(inside / touched),
             ]
         start = slot * per_loop
         out[start : start + len(row)] = row
@@ -141,10 +143,10 @@ def itervar_features(
     heaviest = sorted(program.stores, key=lambda s: -s.executions * s.ops)[:max_stores]
     for i, store in enumerate(heaviest):
         row = [
-            _log(store.executions * store.ops),
-            _log(sum(a.footprints(store.loops)[0] * a.itemsize for a in store.accesses)),
-            _log(_kind_product(store.loops, "vectorized")),
-            _log(_kind_product(store.loops, "parallel")),
+            log_scale(store.executions * store.ops),
+            log_scale(sum(a.footprints(store.loops)[0] * a.itemsize for a in store.accesses)),
+            log_scale(_kind_product(store.loops, "vectorized")),
+            log_scale(_kind_product(store.loops, "parallel")),
             float(len(store.loops)),
         ]
         offset = start + i * len(STORE_ENTRIES)
@@ -185,7 +187,7 @@ def curve_features(
     total_bytes = [0] * (n + 1)
     for b, (access, prints) in enumerate(accesses):
         xs = [math.log2(prints[lv] * access.itemsize) for lv in levels]
-        reuse = [_log(inside[lv] / prints[lv]) for lv in levels]
+        reuse = [log_scale(inside[lv] / prints[lv]) for lv in levels]
         depth = [(n - lv) / max(n, 1) for lv in levels]
         out[2 * b * n_points : (2 * b + 1) * n_points] = _sample_curve(xs, reuse, grid)
         out[(2 * b + 1) * n_points : (2 * b + 2) * n_points] = _sample_curve(xs, depth, grid)
@@ -197,7 +199,7 @@ def curve_features(
     out[intensity_at : intensity_at + n_points] = _sample_curve(xs, ys, grid)
     at = intensity_at + n_points
     for b, (access, _) in enumerate(accesses):
-        out[at + b] = _log(access.stride(n - 1)) if n else 0.0
+        out[at + b] = log_scale(access.stride(n - 1)) if n else 0.0
     at += max_buffers
     others = [s for s in program.stores if s is not main]
     total_work = sum(s.executions * s.ops for s in program.stores)
@@ -207,14 +209,14 @@ def curve_features(
         if loops[lv].kind == "unrolled" or 0 < inside[lv] <= loops[lv].auto_unroll
     ]
     scalars = [
-        _log(main.executions * main.ops),
-        _log(total_work),
+        log_scale(main.executions * main.ops),
+        log_scale(total_work),
         main.executions * main.ops / max(total_work, 1),
-        _log(_kind_product(loops, "vectorized")),
-        _log(_kind_product(loops, "parallel")),
-        _log(max((loop.auto_unroll for loop in loops), default=0)),
-        _log(inside[min(unrolled)] if unrolled else 1),
-        _log(sum(a.footprints(s.loops)[0] * a.itemsize for s in others for a in s.accesses)),
+        log_scale(_kind_product(loops, "vectorized")),
+        log_scale(_kind_product(loops, "parallel")),
+        log_scale(max((loop.auto_unroll for loop in loops), default=0)),
+        log_scale(inside[min(unrolled)] if unrolled else 1),
+        log_scale(sum(a.footprints(s.loops)[0] * a.itemsize for s in others for a in s.accesses)),
         float(np.mean([any(lp.kind == "vectorized" for lp in s.loops) for s in others]))
         if others
         else 1.0,
@@ -261,12 +263,12 @@ def gpu_scalars(program: LoopProgram) -> list[float]:
             total += store.executions
             coalesced += store.executions * (access.thread_stride <= width)
     return [
-        _log(threads),
-        _log(_launch(main.loops, "blockIdx")),
-        _log(_launch(main.loops, "vthread")),
+        log_scale(threads),
+        log_scale(_launch(main.loops, "blockIdx")),
+        log_scale(_launch(main.loops, "vthread")),
         threads / (32 * math.ceil(threads / 32)),
-        _log(_scope_bytes(program, "shared")),
-        _log(_scope_bytes(program, "local")),
+        log_scale(_scope_bytes(program, "shared")),
+        log_scale(_scope_bytes(program, "local")),
         sum(a.scope == "shared" for a in reads) / max(len(reads), 1),
         coalesced / total if total else 0.0,
     ]

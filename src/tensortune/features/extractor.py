@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Feature sets by name: the relation encoding (length independent of the operator), the
 #: per-loop encoding, TVM MetaSchedule's per-store features, and the loop tree itself (the
-#: TreeGRU's input, see `tensortune.features.loop_tree`).
+#: TreeGRU's input, see `tensortune.features.loop_tree`). The first is the default.
 FEATURE_SETS = ("curve", "itervar", "per-store", "loop-tree")
 
 
@@ -59,7 +59,7 @@ class FeatureExtractor:
     """
 
     def __init__(
-        self, template: Template, feature_set: str = "curve", cache_size: int | None = None
+        self, template: Template, feature_set: str = FEATURE_SETS[0], cache_size: int | None = None
     ) -> None:
         self.template = template
         self.feature_set = feature_set

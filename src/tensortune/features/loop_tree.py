@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensortune.features.encodings import _log
+from tensortune.features.encodings import log_scale
 from tensortune.features.loops import Loop, LoopProgram, Store
 
 NODE_TYPES = ("program", "loop", "store", "access")
@@ -75,22 +75,22 @@ def _node(kind: str) -> np.ndarray:
 
 def _loop_values(loop: Loop, strides: Sequence[int], trips: int) -> np.ndarray:
     values = _node("loop")
-    values[_AT["loop_trips"]] = _log(trips)
+    values[_AT["loop_trips"]] = log_scale(trips)
     values[_AT[f"loop_{_loop_kind(loop)}"]] = 1.0
-    values[_AT["loop_extent"]] = _log(loop.extent)
-    values[_AT["loop_auto_unroll"]] = _log(loop.auto_unroll)
+    values[_AT["loop_extent"]] = log_scale(loop.extent)
+    values[_AT["loop_auto_unroll"]] = log_scale(loop.auto_unroll)
     if strides:
         values[_AT["loop_reuse_share"]] = sum(s == 0 for s in strides) / len(strides)
         values[_AT["loop_contiguous_share"]] = sum(s == 1 for s in strides) / len(strides)
-        values[_AT["loop_max_stride"]] = _log(max(strides))
+        values[_AT["loop_max_stride"]] = log_scale(max(strides))
     return values
 
 
 def _store_values(store: Store) -> np.ndarray:
     values = _node("store")
     for name in ARITH:
-        values[_AT[f"store_{name}"]] = _log(store.arith.get(name, 0))
-    values[_AT["store_executions"]] = _log(store.executions)
+        values[_AT[f"store_{name}"]] = log_scale(store.arith.get(name, 0))
+    values[_AT["store_executions"]] = log_scale(store.executions)
     return values
 
 
@@ -99,10 +99,10 @@ def _access_values(store: Store, index: int) -> np.ndarray:
     values = _node("access")
     values[_AT["access_write"]] = float(access.write)
     values[_AT[f"access_{access.scope if access.scope in SCOPES else 'global'}"]] = 1.0
-    values[_AT["access_bytes"]] = _log(math.prod(access.shape) * access.itemsize)
+    values[_AT["access_bytes"]] = log_scale(math.prod(access.shape) * access.itemsize)
     if store.loops:
-        values[_AT["access_inner_stride"]] = _log(access.stride(len(store.loops) - 1))
-    values[_AT["access_thread_stride"]] = _log(access.thread_stride + 1)
+        values[_AT["access_inner_stride"]] = log_scale(access.stride(len(store.loops) - 1))
+    values[_AT["access_thread_stride"]] = log_scale(access.thread_stride + 1)
     return values
 
 

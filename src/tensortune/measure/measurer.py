@@ -20,12 +20,15 @@ import uuid
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensortune.measure import remote, worker_tasks
 from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
+
+if TYPE_CHECKING:
+    from tensortune.templates import Template
 
 # Idle workers are recycled after this many tasks: TVM notes a slow leak in long-lived builders.
 _MAX_USES = 256
@@ -76,8 +79,8 @@ class Measurer:
     kernel files go away.
 
     Args:
-        template: Knobs → schedule for the workload, e.g. a `tensortune.CpuTemplate`; anything
-            with ``workload`` and ``apply(config)`` that pickles.
+        template: Knobs → schedule for the workload (a `tensortune.templates.Template`, e.g.
+            a `tensortune.CpuTemplate`); it must pickle.
         target: Target dict, as returned by `tensortune.target.target_spec`.
         settings: Build and timing settings. Default `MeasureSettings()`.
         device: Time on this device of an RPC tracker instead of the host; `target` must
@@ -86,7 +89,7 @@ class Measurer:
 
     def __init__(
         self,
-        template: Any,
+        template: Template,
         target: dict[str, Any],
         settings: MeasureSettings | None = None,
         device: RpcDevice | None = None,

@@ -1,19 +1,23 @@
 """Functions that run inside the build and run worker processes.
 
 They take only plain Python arguments (a template, a workload, a config dict, a target dict,
-paths), sent with cloudpickle, never TVM IR: pickling IR segfaults on some tvm-ffi versions
-(see tvm-0.27-facts.md), and a workload registered in a user's script travels by value.
+paths), sent with cloudpickle, never TVM IR: tvm-ffi 0.1.15 segfaults when it pickles or
+serializes IR that holds a ``PrimType``, and a workload registered in a user's script travels
+by value.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tensortune.measure.settings import MeasureSettings
 from tensortune.workloads import Workload
+
+if TYPE_CHECKING:
+    from tensortune.templates import Template
 
 #: TVM device name of each target kind.
 DEVICE_OF_KIND = {"llvm": "cpu", "c": "cpu", "cuda": "cuda"}
@@ -27,14 +31,14 @@ def warm_up() -> None:
     import tvm  # noqa: F401
 
 
-def build(template: Any, config: dict[str, Any], target: dict[str, Any], path: str) -> float:
+def build(template: Template, config: dict[str, Any], target: dict[str, Any], path: str) -> float:
     """Schedule `config` with `template`, compile it and export it to `path`; returns compile
     seconds."""
-    import tvm
+    from tensortune.templates.compile import compile_config
 
     start = time.perf_counter()
-    sch = template.apply(config)
-    tvm.compile(sch.mod, target=tvm.target.Target(target)).export_library(path)
+    _, executable = compile_config(template, config, target)
+    executable.export_library(path)
     return time.perf_counter() - start
 
 

@@ -14,16 +14,9 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
-from tensortune.sampler.history import (
-    CONFIG_ATTR,
-    PROPOSAL_ATTR,
-    KnobSpace,
-    is_abandoned,
-    read_history,
-    stale_among,
-    trial_config,
-)
+from tensortune.sampler.history import History, KnobSpace, read_history
 from tensortune.sampler.proposals import RoundSettings, propose_round
 from tensortune.sampler.transfer import (
     SourceRows,
@@ -31,8 +24,11 @@ from tensortune.sampler.transfer import (
     load_sources,
     project_config,
 )
+from tensortune.search import random_configs, unseen_random_configs
+from tensortune.trial_records import claim_config, claimed_by_another
 
 if TYPE_CHECKING:
+    from tensortune.cost_model import CostModel
     from tensortune.features import FeatureExtractor
     from tensortune.templates import Template
 
@@ -63,7 +59,8 @@ class CostModelSampler(BaseSampler):
     Args:
         template: The knobs → schedule template. Default None: built from the study's
             ``workload``/``shape`` user attrs, as `tensortune.tune` writes them.
-        cost_model: ``"xgb"`` (`tensortune.cost_model.BootstrapXGBModel`) or ``"treegru"``
+        cost_model: One of `tensortune.cost_model.COST_MODELS`: ``"xgb"``
+            (`tensortune.cost_model.BootstrapXGBModel`) or ``"treegru"``
             (`tensortune.cost_model.treegru.TreeGRUModel`, needs PyTorch; each round goes on
             training the last round's networks). Default ``"xgb"``: it needs no PyTorch,
             trains about 40× faster and ranks held-out configs of one workload as well or
@@ -74,9 +71,11 @@ class CostModelSampler(BaseSampler):
             None: the model's own, ``"curve"`` for xgb (operator-independent, so prior studies
             of other operators can train it) and ``"loop-tree"`` for treegru, which reads
             nothing else.
-        loss: ``"rank"`` (pairwise ranking, the paper's choice: only the order matters) or
-            ``"reg"`` (squared error on relative throughput). Default ``"rank"``.
-        acquisition: ``"mean"``, ``"ei"`` or ``"ucb"`` over the ensemble's mean and spread.
+        loss: One of `tensortune.cost_model.LOSSES`: ``"rank"`` (pairwise ranking, the
+            paper's choice: only the order matters) or ``"reg"`` (squared error on relative
+            throughput). Default ``"rank"``.
+        acquisition: One of `tensortune.cost_model.ACQUISITIONS`: ``"mean"``, ``"ei"`` or
+            ``"ucb"`` over the ensemble's mean and spread.
             Default ``"mean"``: the paper found that uncertainty did not help this search.
         n_models: Bootstrap ensemble size. Default 3: enough for a spread, and training
             stays cheap.
@@ -117,10 +116,10 @@ class CostModelSampler(BaseSampler):
         self,
         template: Template | None = None,
         *,
-        cost_model: str = "xgb",
+        cost_model: str = DEFAULT_COST_MODEL,
         feature_set: str | None = None,
-        loss: str = "rank",
-        acquisition: str = "mean",
+        loss: str = LOSSES[0],
+        acquisition: str = ACQUISITIONS[0],
         n_models: int = 3,
         n_startup_trials: int = 16,
         batch_size: int = 8,
@@ -135,7 +134,6 @@ class CostModelSampler(BaseSampler):
         source_starts: int = 16,
         seed: int | None = None,
     ) -> None:
-        from tensortune.cost_model import ACQUISITIONS, COST_MODELS
         from tensortune.features import FEATURE_SETS
 
         if cost_model not in COST_MODELS:
@@ -147,7 +145,7 @@ class CostModelSampler(BaseSampler):
             raise ValueError(f"the treegru cost model reads loop trees, not {feature_set!r}")
         for name, value, choices in (
             ("feature_set", feature_set, FEATURE_SETS),
-            ("loss", loss, ("rank", "reg")),
+            ("loss", loss, LOSSES),
             ("acquisition", acquisition, ACQUISITIONS),
         ):
             if value not in choices:
@@ -202,7 +200,7 @@ class CostModelSampler(BaseSampler):
         self._fitted_at = -1
         self._round = 0
         self._sources: SourceRows | None = None
-        self._model: Any = None
+        self._model: CostModel | None = None
         #: Wall time per phase of the last model round (for benchmarks and the curious).
         self.last_round_seconds: dict[str, float] = {}
 
@@ -243,9 +241,8 @@ class CostModelSampler(BaseSampler):
                 proposal: dict[str, Any] = {"source": source, "round": self._round}
                 if np.isfinite(score):
                     proposal["score"] = round(float(score), 4)
-                study._storage.set_trial_system_attr(trial._trial_id, CONFIG_ATTR, config)
-                study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, proposal)
-                if not _claimed_by_another(study, trial, config):
+                claim_config(study, trial, config, proposal)
+                if not claimed_by_another(study, trial, config):
                     break
         return config
 
@@ -340,7 +337,7 @@ class CostModelSampler(BaseSampler):
             self._sources = load_sources(self.source_studies, self.feature_set)
         return self._sources
 
-    def _propose(self, history: Any) -> None:
+    def _propose(self, history: History) -> None:
         assert self._space is not None and self._extractor is not None
         space, extractor = self._space, self._extractor
 
@@ -357,7 +354,7 @@ class CostModelSampler(BaseSampler):
             prior=self._sources,
             prior_starts=self._prior_starts(),
             # A model that warm-starts (the TreeGRU) goes on from its last fit; others are new.
-            model=self._model if getattr(self._model, "warm_start", False) else None,
+            model=self._model if self._model is not None and self._model.warm_start else None,
         )
         self._model = result.model
         self._chains = result.states
@@ -384,30 +381,17 @@ class CostModelSampler(BaseSampler):
     def _random_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         assert self._space is not None
         sizes = self._space.sizes
-        for _ in range(1000):
-            indices = tuple(int(self._rng.integers(n)) for n in sizes)
-            if indices not in taken:
-                return indices
-        return indices  # a space this crowded has nothing new left to offer
+        found = unseen_random_configs(sizes, 1, self._rng, taken, per_round=1, max_rounds=999)
+        if len(found):
+            return tuple(int(v) for v in found[0])
+        # A space this crowded has nothing new left to offer: the 1000th draw, taken or not.
+        return tuple(int(v) for v in random_configs(sizes, 1, self._rng)[0])
 
 
 #: Tries at a config no other process claimed meanwhile before a duplicate is accepted.
 _CLAIM_ATTEMPTS = 20
 
 
-def _claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: dict[str, Any]) -> bool:
-    """Whether another trial holds `config`, read after this trial's claim was written.
-
-    Another process may have chosen the same config between this one reading the study and
-    writing its claim. Each process writes, then checks, and chooses again on a match: of two
-    colliding claims, the one checked last sees the other, so both can't be kept. A trial
-    failed as stale holds nothing: its config is free again."""
-    others = study._storage.get_all_trials(study._study_id, deepcopy=False)
-    others = [t for t in others if t.number != trial.number and dict(trial_config(t)) == config]
-    stale = stale_among(study, others)
-    return any(not is_abandoned(t, stale) for t in others)
-
-
 def _refuse_multi_objective(study: optuna.Study) -> None:
-    if study._is_multi_objective():
+    if len(study.directions) > 1:
         raise ValueError("CostModelSampler supports single-objective studies only.")

@@ -10,19 +10,10 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from tensortune.trial_records import is_abandoned, stale_among, study_trials, trial_config
+
 if TYPE_CHECKING:
     from tensortune.templates.knobs import ChoiceKnob
-
-#: Trial system attr holding the config a sampler handed to a trial before its params exist,
-#: so that other workers see it as taken.
-CONFIG_ATTR = "tensortune:config"
-#: Trial system attr saying where a trial's config came from (startup / model / random share).
-PROPOSAL_ATTR = "tensortune:proposal"
-#: Study system attr key prefix, followed by a trial number, marking a trial Optuna failed
-#: because its heartbeat stopped (its worker was killed or lost the storage), written by
-#: `tensortune.storage.open_storage`'s stale-trial callback. The mark lives on the study because
-#: Optuna refuses attrs on a finished trial; the trial itself keeps only its FAIL state.
-STALE_ATTR_PREFIX = "tensortune:stale:"
 
 
 class KnobSpace:
@@ -57,7 +48,8 @@ class KnobSpace:
 class History:
     """Measured and pending configs of a study.
 
-    Trials failed as stale (see `is_abandoned`) are in none of these: they measured nothing.
+    Trials failed as stale (see `tensortune.trial_records.is_abandoned`) are in none of
+    these: they measured nothing.
 
     Attributes:
         configs: ``(n, m)`` indices of finished configs (completed or failed).
@@ -72,69 +64,6 @@ class History:
     n_finished: int
 
 
-def trial_config(trial: optuna.trial.FrozenTrial) -> Mapping[str, Any]:
-    """The knob values of a trial: the config it was handed, with the values it was enqueued
-    with on top (Optuna's suggest gives those precedence); its params if it has neither.
-
-    Params come last: a running trial writes them one knob at a time, and another process
-    reading them half-written would not see the config as taken."""
-    claimed = trial.system_attrs.get(CONFIG_ATTR) or {}
-    fixed = trial.system_attrs.get("fixed_params") or {}
-    if claimed or fixed:
-        return {**claimed, **fixed}
-    return trial.params
-
-
-def stale_trial_numbers(study: optuna.Study) -> set[int]:
-    """Numbers of the study's trials that Optuna failed as stale (`STALE_ATTR_PREFIX` marks),
-    read from the storage, not from a cache."""
-    attrs = study._storage.get_study_system_attrs(study._study_id)
-    return {
-        int(key.removeprefix(STALE_ATTR_PREFIX))
-        for key in attrs
-        if key.startswith(STALE_ATTR_PREFIX) and key.removeprefix(STALE_ATTR_PREFIX).isdigit()
-    }
-
-
-def stale_among(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial]) -> set[int]:
-    """`stale_trial_numbers`, read from the storage only when one of `trials` failed: only a
-    FAIL can be stale."""
-    if any(t.state == TrialState.FAIL for t in trials):
-        return stale_trial_numbers(study)
-    return set()
-
-
-#: ``failed_stage`` values of trials that failed before a measurement.
-_UNMEASURED = ("device", "interrupted")
-
-
-def is_abandoned(trial: optuna.trial.FrozenTrial, stale: set[int]) -> bool:
-    """Whether `trial` failed without a measurement: as stale, for want of a remote device
-    (``failed_stage`` ``"device"``), or in a batch interrupted by Ctrl-C or an error
-    (``"interrupted"``). It holds no config and is no failure to learn from, so its config may
-    be proposed again.
-
-    Args:
-        trial: A trial of the study.
-        stale: The study's `stale_trial_numbers`.
-    """
-    # The mark is written after Optuna's FAIL; checking the state too means no mark can ever
-    # hide a measured result.
-    if trial.state != TrialState.FAIL:
-        return False
-    return trial.number in stale or trial.user_attrs.get("failed_stage") in _UNMEASURED
-
-
-def count_finished(study: optuna.Study) -> int:
-    """Trials of `study` that are done: COMPLETE, PRUNED, or FAIL from a measurement (a trial
-    failed as stale or for want of a device, see `is_abandoned`, measured nothing)."""
-    trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
-    done = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-    finished = [t for t in trials if t.state in done]
-    stale = stale_among(study, finished)
-    return sum(not is_abandoned(t, stale) for t in finished)
-
-
 def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> History:
     """The study's trials as a `History` over `space`.
 
@@ -146,7 +75,7 @@ def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> 
             may predate.
     """
     finished_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-    trials = study._get_trials(deepcopy=False, use_cache=not fresh)
+    trials = study_trials(study, cached=not fresh)
     stale = stale_among(study, trials)
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     configs, values, taken = [], [], set()

@@ -6,14 +6,19 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from tensortune.cost_model import acquire, make_cost_model
+from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.transfer import SourceRows, source_weight
-from tensortune.search import anneal, diverse_greedy, random_configs, with_random_share
+from tensortune.search import (
+    anneal,
+    diverse_greedy,
+    random_configs,
+    unseen_random_configs,
+    with_random_share,
+)
 
 #: Maps ``(n, m)`` knob indices to ``(n, d)`` feature rows (NaN rows: unschedulable configs).
 Featurize = Callable[[np.ndarray], np.ndarray]
@@ -57,7 +62,7 @@ class Round:
     states: np.ndarray
     seconds: dict[str, float]
     n_scored: int
-    model: Any = None
+    model: CostModel | None = None
 
 
 def fit_cost_model(
@@ -66,8 +71,8 @@ def fit_cost_model(
     settings: RoundSettings,
     seed: int,
     prior: SourceRows | None = None,
-    model: Any = None,
-) -> tuple[Any, np.ndarray, np.ndarray]:
+    model: CostModel | None = None,
+) -> tuple[CostModel, np.ndarray, np.ndarray]:
     """The cost model fit on the measured configs and the `prior` studies' rows; also returns
     the study's own feature rows and scaled targets (rows the template can't schedule are left
     out). A `model` from an earlier round is fit again (the TreeGRU goes on from its weights);
@@ -135,7 +140,7 @@ def propose_round(
     rng: np.random.Generator,
     prior: SourceRows | None = None,
     prior_starts: np.ndarray | None = None,
-    model: Any = None,
+    model: CostModel | None = None,
 ) -> Round:
     """Fit (on the study's history and the `prior` studies' rows; `model` from the last
     round, or a fresh one), anneal from `chains` (and `prior_starts`, see `chain_starts`), and
@@ -196,7 +201,9 @@ def propose_round(
     selected = candidates[picked]
     scores = cand_scores[picked].astype(np.float64)
     if len(selected) < b:  # the annealer found fewer fresh configs than asked: fill at random
-        extra = _fresh_random(sizes, b - len(selected), history.taken, selected, rng)
+        avoid = history.taken | {tuple(int(v) for v in row) for row in selected}
+        n = b - len(selected)
+        extra = unseen_random_configs(sizes, n, rng, avoid, per_round=4 * n, max_rounds=100)
         selected = np.vstack([selected, extra]) if len(selected) else extra
         scores = np.concatenate([scores, np.full(len(extra), np.nan)])
     mixed = with_random_share(selected, sizes, rng, epsilon=settings.epsilon, exclude=history.taken)
@@ -216,23 +223,3 @@ def propose_round(
         n_scored=result.n_scored,
         model=model,
     )
-
-
-def _fresh_random(
-    sizes: list[int],
-    n: int,
-    taken: set[tuple[int, ...]],
-    selected: np.ndarray,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    avoid = set(taken) | {tuple(int(v) for v in row) for row in selected}
-    out: list[np.ndarray] = []
-    for _ in range(100):
-        for row in random_configs(sizes, 4 * n, rng):
-            key = tuple(int(v) for v in row)
-            if key not in avoid:
-                avoid.add(key)
-                out.append(row)
-            if len(out) == n:
-                return np.asarray(out, dtype=np.int64)
-    return np.asarray(out, dtype=np.int64).reshape(-1, len(sizes))

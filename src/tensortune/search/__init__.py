@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from tensortune.search.annealing import AnnealResult, anneal, mutate, random_configs
+from tensortune.search.annealing import (
+    AnnealResult,
+    anneal,
+    mutate,
+    random_configs,
+    unseen_random_configs,
+)
 from tensortune.search.selection import diverse_greedy, with_random_share
 
 __all__ = [
@@ -11,5 +17,6 @@ __all__ = [
     "diverse_greedy",
     "mutate",
     "random_configs",
+    "unseen_random_configs",
     "with_random_share",
 ]

@@ -48,6 +48,43 @@ def random_configs(space: Sequence[int], n: int, rng: np.random.Generator) -> np
     return rng.integers(0, sizes, size=(n, len(sizes)), dtype=np.int64)
 
 
+def unseen_random_configs(
+    space: Sequence[int],
+    n: int,
+    rng: np.random.Generator,
+    taken: Collection[tuple[int, ...]],
+    per_round: int,
+    max_rounds: int,
+) -> np.ndarray:
+    """Up to `n` distinct configs drawn uniformly from the space and not in `taken`, in the
+    order drawn; fewer only when `max_rounds` rounds of `per_round` draws found no more (a
+    crowded space).
+
+    Args:
+        space: Number of choices per knob (each at least 1).
+        n: How many configs to find.
+        rng: Source of randomness; each round draws `per_round` configs at once
+            (`random_configs`), so a seed gives the same configs whatever the caller keeps.
+        taken: Configs (tuples of indices) never to return.
+        per_round: Configs drawn per round.
+        max_rounds: Rounds drawn at most before giving up.
+
+    Returns:
+        An int64 array of shape (k, len(space)), k <= n.
+    """
+    avoid = set(taken)
+    out: list[tuple[int, ...]] = []
+    for _ in range(max_rounds):
+        for row in random_configs(space, per_round, rng).tolist():
+            key = tuple(row)
+            if key not in avoid:
+                avoid.add(key)
+                out.append(key)
+                if len(out) == n:
+                    return np.asarray(out, dtype=np.int64)
+    return np.asarray(out, dtype=np.int64).reshape(-1, len(space))
+
+
 def mutate(configs: np.ndarray, space: Sequence[int], rng: np.random.Generator) -> np.ndarray:
     """Change one knob of every config to a different value.
 

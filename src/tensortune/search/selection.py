@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from tensortune.search.annealing import random_configs
+from tensortune.search.annealing import unseen_random_configs
 
 #: Rounds of random draws `with_random_share` makes before giving up on a crowded space.
 _DRAW_ROUNDS = 32
@@ -121,25 +121,10 @@ def with_random_share(
         return out
     banned = {tuple(int(v) for v in c) for c in exclude}
     banned.update(tuple(row) for row in out.tolist())
-    fresh = _fresh_configs(space, n_random, rng, banned)
+    fresh = unseen_random_configs(space, n_random, rng, banned, 2 * n_random, _DRAW_ROUNDS)
     if len(fresh):
         out[b - len(fresh) :] = fresh
     return out
-
-
-def _fresh_configs(
-    space: Sequence[int], n: int, rng: np.random.Generator, banned: set[tuple[int, ...]]
-) -> np.ndarray:
-    """Up to n distinct random configs outside banned (fewer only if hard to find)."""
-    found: dict[tuple[int, ...], None] = {}  # a dict keeps draw order, so seeds reproduce
-    for _ in range(_DRAW_ROUNDS):
-        for row in random_configs(space, 2 * n, rng).tolist():
-            key = tuple(row)
-            if key not in banned:
-                found.setdefault(key, None)
-        if len(found) >= n:
-            break
-    return np.array(list(found)[:n], dtype=np.int64).reshape(-1, len(space))
 
 
 def _coverage(candidates: np.ndarray, taken: np.ndarray) -> np.ndarray:

@@ -12,10 +12,8 @@ from tensortune.templates.knobs import (
     SplitKnob,
     UnrollKnob,
 )
+from tensortune.templates.template import Template
 from tensortune.workloads import Workload
-
-#: Any of tensortune's schedule templates.
-Template = KnobTemplate
 
 
 def template_for(workload: Workload, target: dict[str, Any]) -> Template:

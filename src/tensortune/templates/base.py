@@ -21,8 +21,9 @@ class InvalidConfig(ValueError):
 
 
 class KnobTemplate:
-    """Base of `CpuTemplate` and `CudaTemplate`: a subclass sets ``workload``, and defines
-    ``knobs`` and ``_schedule(sch, config)``, which applies a checked config to a schedule."""
+    """Base of `CpuTemplate` and `CudaTemplate`, implementing `tensortune.templates.Template`:
+    a subclass sets ``workload``, and defines ``knobs`` and ``_schedule(sch, config)``, which
+    applies a checked config to a schedule."""
 
     workload: Workload
 

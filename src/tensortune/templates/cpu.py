@@ -4,8 +4,9 @@ Every spatial axis of the operator's main (reduction) block is split into four l
 reduction axis into two, MetaSchedule's CPU structure. The knobs then pick the loop order, which
 spatial axis runs innermost and is vectorised, how many outer loops are fused and parallelised,
 the unroll budget, and where results are accumulated locally. Stages before the main block
-(padding) stay separate loop nests, parallel and vectorised: inlining a padded read into a
-vectorised strided loop turns it into a gather (see tvm-0.27-facts.md, "Pitfall"). Stages after
+(padding) stay separate loop nests, parallel and vectorised: TVM 0.27 turns a padded read
+(``if_then_else``) inlined into a loop vectorised along a strided axis into a gather plus a
+select, and the kernel's speed collapses. Stages after
 it (a fused epilogue such as bias + ReLU) are computed per tile when local accumulation is on.
 """
 

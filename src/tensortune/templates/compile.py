@@ -1,0 +1,43 @@
+"""Compile a config: schedule it with its template, then build it with TVM for a target."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tensortune.target import make_target
+
+if TYPE_CHECKING:
+    from tvm.runtime import Executable
+    from tvm.s_tir import Schedule
+
+    from tensortune.templates.template import Template
+
+
+def compile_config(
+    template: Template, config: Mapping[str, Any], target: dict[str, Any]
+) -> tuple[Schedule, Executable]:
+    """`config` scheduled by `template` and compiled by ``tvm.compile`` for `target`.
+
+    The one build path of the tuner's workers (`tensortune.measure.worker_tasks.build`), the
+    export (`tensortune.export.export_best`) and the dashboard's kernel code
+    (`tensortune.dashboard.kernel_sources`), so that what is exported and shown is what was
+    timed.
+
+    Args:
+        template: Knobs → schedule.
+        config: A value per knob.
+        target: Target dict (`tensortune.target.target_spec`).
+
+    Returns:
+        The schedule (its ``mod`` is the scheduled TIR) and TVM's executable (``export_library``
+        writes the kernel; ``mod`` is the runtime module).
+
+    Raises:
+        ValueError: `InvalidConfig` or another `ValueError` from `Template.apply`.
+        TensortuneError: If TVM rejects `target`.
+    """
+    import tvm
+
+    sch = template.apply(config)
+    return sch, tvm.compile(sch.mod, target=make_target(target))
