@@ -10,6 +10,7 @@ crashing child, and that is what is used here. TVM's `time_evaluator` does the t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -23,6 +24,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from tensortune.measure import remote, worker_tasks
+from tensortune.measure.pool import Worker, WorkerPool, kill_processes
 from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
@@ -113,27 +115,32 @@ class Measurer:
     def _start(self) -> None:
         if self._dir is not None:
             return
-        from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
-
         _worker_env()
         self._dir = tempfile.mkdtemp(prefix="tensortune-")
-        self._builders = PopenPoolExecutor(
+        self._builders = WorkerPool(
             max_workers=self.settings.build_workers,
             timeout=self.settings.build_timeout,
             maximum_process_uses=_MAX_USES,
         )
-        self._runner = PopenWorker()
+        self._runner = Worker()
         self._runner.send(worker_tasks.warm_up, timeout=_WARM_UP_TIMEOUT)
         self._runner.recv()
 
     def close(self) -> None:
-        """Stop the workers and delete the compiled kernels."""
-        if self._builders is not None:
-            self._builders.shutdown(wait=False)
-            self._runner.kill()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        """Stop the workers and delete the compiled kernels; never raises.
+
+        Safe at any moment of an interrupt: the worker processes are killed first, so that
+        no thread waits on a build or a timing that would go on."""
+        builders, runner, folder = self._builders, self._runner, self._dir
         self._builders = self._runner = self._dir = None
+        if builders is not None:
+            builders.close()
+        if runner is not None:
+            kill_processes(runner)
+            with contextlib.suppress(Exception):  # e.g. an optimize thread killed it too
+                runner.kill()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
         """Build all `configs` in parallel, then time each in turn.
