@@ -12,6 +12,8 @@ the next worker (`fail_stale_trials`), which marks it in the study's system attr
 
 from __future__ import annotations
 
+import copy
+import datetime
 import importlib.util
 import json
 import logging
@@ -168,6 +170,7 @@ def fail_stale_trials(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+    TrialHeartbeats.fail_unbeaten(study)  # killed before their first beat: Optuna skips those
 
 
 class TrialHeartbeats:
@@ -234,6 +237,49 @@ class TrialHeartbeats:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+    @staticmethod
+    def fail_unbeaten(study: optuna.Study) -> None:
+        """Fail the study's RUNNING trials that never recorded a heartbeat and started longer
+        than the grace period ago, and mark them stale as Optuna's own stale trials are.
+
+        Such a trial's worker was killed between ``study.ask`` and the first heartbeat, which
+        `ask` records at once; Optuna's ``fail_stale_trials`` never fails a trial without one.
+        Start times are the asking worker's clock: workers on machines whose clocks differ by
+        more than the grace period should not share a study. Nothing happens on a storage
+        without heartbeat. `fail_stale_trials` calls it.
+        """
+        storage = study._storage
+        rdb = getattr(storage, "_backend", storage)  # under Optuna's _CachedStorage
+        if not isinstance(rdb, optuna.storages.RDBStorage):
+            return
+        interval = rdb.get_heartbeat_interval()
+        if interval is None:
+            return
+        grace = rdb.grace_period or 2 * interval  # Optuna's own default
+        cutoff = datetime.datetime.now() - datetime.timedelta(seconds=grace)
+        running = storage.get_all_trials(
+            study._study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
+        )
+        old = {t._trial_id for t in running if t.datetime_start and t.datetime_start < cutoff}
+        if not old:
+            return
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        beat = models.TrialHeartbeatModel
+        with _create_scoped_session(rdb.scoped_session) as session:
+            rows = session.query(beat.trial_id).filter(beat.trial_id.in_(old)).all()
+        callback = rdb.get_heartbeat_stale_trial_callback()
+        for trial_id in sorted(old - {row[0] for row in rows}):
+            try:
+                failed = storage.set_trial_state_values(
+                    trial_id, state=optuna.trial.TrialState.FAIL
+                )
+            except optuna.exceptions.UpdateFinishedTrialError:  # another worker was first
+                continue
+            if failed and callback is not None:
+                callback(study, copy.deepcopy(storage.get_trial(trial_id)))
 
     def _beat(self) -> None:
         assert isinstance(self._storage, BaseHeartbeat)

@@ -356,6 +356,7 @@ def _run_batches(
                     break
             trials: list[optuna.Trial] = []
             values: list[float] | None = None
+            told = False
             try:
                 for _ in range(min(batch_size, todo)):
                     trials.append(heartbeats.ask())
@@ -366,11 +367,13 @@ def _run_batches(
                     _publish_new_best(study, trials, values, objective, store)
                 with _interrupts_deferred():  # a Ctrl-C now waits until the batch is told
                     _tell_batch(study, trials, values)
+                    told = True
             except BaseException:
                 # Interrupted (or failed) mid-batch: what was measured is told, the rest is
                 # closed so that none stays RUNNING; a second Ctrl-C waits until then.
-                with _interrupts_deferred(), contextlib.suppress(Exception):
-                    _close_batch(study, trials, values)
+                if not told:
+                    with _interrupts_deferred(), contextlib.suppress(Exception):
+                        _close_batch(study, trials, values)
                 raise
             heartbeats.clear()
             done += len(trials)
