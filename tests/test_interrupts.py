@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import optuna
@@ -136,3 +137,49 @@ def test_a_worker_killed_before_its_first_heartbeat_leaves_no_trial_running(
     assert study.trials[0].state == TrialState.FAIL
     assert stale_trial_numbers(study) == {0}  # marked as Optuna's stale trials are
     assert is_abandoned(study.trials[0], {0})
+
+
+def test_two_workers_starting_one_new_study_together_both_join_it(tmp_path):
+    url = f"sqlite:///{tmp_path / 'new.db'}"  # no file yet: they also race to create the tables
+    command = [sys.executable, "-m", "tensortune.cli", "tune", "matmul", "--shape", "16,16,16"]
+    command += ["--storage", url, "--study", "both", "--sampler", "random", "--trials", "2"]
+    command += ["--batch-size", "1", "--repeat", "2", "--min-repeat-ms", "2", "--no-progress"]
+    workers = [
+        subprocess.Popen(command, start_new_session=True, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        errors = [w.communicate(timeout=300)[1] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGKILL)
+                w.wait()
+    assert [w.returncode for w in workers] == [0, 0], errors
+    assert not any("Traceback" in e for e in errors), errors
+    study = optuna.load_study(study_name="both", storage=url)
+    assert len(study.trials) == 4
+    assert {"workload", "target", "flop_count", "vendor_gflops"} <= set(study.user_attrs)
+
+
+def test_threads_creating_one_study_at_once_get_the_same_study(storage_url):
+    workload = get_workload("matmul", M=16, N=16, K=16)
+    db = open_storage(storage_url, heartbeat=True)
+    start = threading.Barrier(4)
+    studies: list[optuna.Study] = []
+
+    def create(seconds: float) -> None:
+        start.wait()
+        study = create_study(db, "t", workload, {"kind": "llvm"}, ("vendor", seconds), None)
+        studies.append(study)
+
+    threads = [threading.Thread(target=create, args=(s,)) for s in (1.0, 2.0, 3.0, 4.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(studies) == 4 and len({s._study_id for s in studies}) == 1
+    assert len(db.get_all_studies()) == 1
+    attrs = studies[0].user_attrs
+    assert attrs["vendor_seconds"] in (1.0, 2.0, 3.0, 4.0)  # one creator's, written once
+    assert all(s.user_attrs == attrs for s in studies)
