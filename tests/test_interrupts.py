@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -15,7 +16,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tensortune import tuning
+import tensortune
+from tensortune import scratch, tuning
+from tensortune.export import export_best
 from tensortune.sampler.history import is_abandoned, stale_trial_numbers
 from tensortune.storage import TrialHeartbeats, create_study, fail_stale_trials, open_storage
 from tensortune.tuning import Objective, _run_batches
@@ -183,3 +186,59 @@ def test_threads_creating_one_study_at_once_get_the_same_study(storage_url):
     attrs = studies[0].user_attrs
     assert attrs["vendor_seconds"] in (1.0, 2.0, 3.0, 4.0)  # one creator's, written once
     assert all(s.user_attrs == attrs for s in studies)
+
+
+def _killed_owner_of(prefix: str, suffix: str, parent: str) -> str:
+    """The folder a process made with `scratch.make_folder` before it was SIGKILLed."""
+    script = (
+        "import os, signal, sys\n"
+        "from tensortune import scratch\n"
+        "print(scratch.make_folder(*sys.argv[1:]).path, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    run = [sys.executable, "-c", script, prefix, suffix, parent]
+    killed = subprocess.run(run, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    path = killed.stdout.strip()
+    assert os.path.isdir(path)
+    return path
+
+
+def test_a_killed_runs_kernel_folder_is_deleted_by_the_next_run(
+    tmp_path, monkeypatch, fast_settings
+):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    leftover = _killed_owner_of("tensortune-", "", str(tmp_path))
+    live = scratch.make_folder("tensortune-")  # another run's, still going
+    foreign = tmp_path / "tensortune-1-notours"  # no lock file: never touched
+    foreign.mkdir()
+    workload = get_workload("matmul", M=16, N=16, K=16)
+    objective = Objective(workload, "llvm", fast_settings)
+    with objective:
+        objective.measurer.measure([])  # starts the workers and the kernel folder
+        assert not os.path.exists(leftover)
+        assert os.path.isdir(live.path) and foreign.is_dir()
+        mine = objective.measurer._dir
+        assert mine is not None and os.path.isdir(mine)
+    assert not os.path.exists(mine)
+    live.remove()
+
+
+def test_a_killed_exports_staging_folder_is_deleted_by_the_next_export(
+    tmp_path, storage_url, fast_settings
+):
+    study = tensortune.tune(
+        "matmul",
+        shape={"M": 16, "N": 16, "K": 16},
+        n_trials=1,
+        storage=storage_url,
+        sampler="random",
+        seed=0,
+        settings=fast_settings,
+        show_progress=False,
+    )
+    leftover = _killed_owner_of(".out.", ".tmp", str(tmp_path))
+    export_best(study, str(tmp_path / "out"))
+    assert not os.path.exists(leftover)
+    assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "kernel.so"]
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]

@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import statistics
-import tempfile
 import threading
 import uuid
 import warnings
@@ -23,6 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from tensortune import scratch
 from tensortune.measure import remote, worker_tasks
 from tensortune.measure.pool import Worker, WorkerPool, kill_processes
 from tensortune.measure.remote import RpcDevice
@@ -32,6 +31,9 @@ from tensortune.target import host_cores
 # Idle workers are recycled after this many tasks: TVM notes a slow leak in long-lived builders.
 _MAX_USES = 256
 _WARM_UP_TIMEOUT = 300.0
+# Kernels go to a temporary folder named after this; one left by a killed run is deleted by the
+# next (`tensortune.scratch`).
+_FOLDER_PREFIX = "tensortune-"
 # Beyond RpcDevice.wait_for_device, for the connect task's own watchdog: it fires only when an
 # RPC call without a timeout of its own hangs (a ping of a device that stopped answering, a
 # connect to a host that vanished from the network).
@@ -103,6 +105,7 @@ class Measurer:
         self._builders: Any = None
         self._runner: Any = None
         self._dir: str | None = None
+        self._folder: scratch.Folder | None = None
         # One batch at a time: threads of study.optimize(n_jobs=...) share the workers.
         self._lock = threading.Lock()
 
@@ -116,7 +119,9 @@ class Measurer:
         if self._dir is not None:
             return
         _worker_env()
-        self._dir = tempfile.mkdtemp(prefix="tensortune-")
+        scratch.sweep(_FOLDER_PREFIX)  # kernels of runs that were killed
+        self._folder = scratch.make_folder(_FOLDER_PREFIX)
+        self._dir = self._folder.path
         self._builders = WorkerPool(
             max_workers=self.settings.build_workers,
             timeout=self.settings.build_timeout,
@@ -131,8 +136,8 @@ class Measurer:
 
         Safe at any moment of an interrupt: the worker processes are killed first, so that
         no thread waits on a build or a timing that would go on."""
-        builders, runner, folder = self._builders, self._runner, self._dir
-        self._builders = self._runner = self._dir = None
+        builders, runner, folder = self._builders, self._runner, self._folder
+        self._builders = self._runner = self._dir = self._folder = None
         if builders is not None:
             builders.close()
         if runner is not None:
@@ -140,7 +145,7 @@ class Measurer:
             with contextlib.suppress(Exception):  # e.g. an optimize thread killed it too
                 runner.kill()
         if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+            folder.remove()
 
     def measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
         """Build all `configs` in parallel, then time each in turn.
