@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 import tensortune
-from tensortune import scratch, tuning
+from tensortune import cli, scratch, tuning
 from tensortune.export import export_best
 from tensortune.sampler.history import is_abandoned, stale_trial_numbers
 from tensortune.storage import TrialHeartbeats, create_study, fail_stale_trials, open_storage
@@ -242,3 +242,43 @@ def test_a_killed_exports_staging_folder_is_deleted_by_the_next_export(
     assert not os.path.exists(leftover)
     assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "kernel.so"]
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def _tune_args() -> list[str]:
+    return ["tune", "matmul", "--shape", "16,16,16", "--no-progress"]
+
+
+def test_cli_leaves_with_130_for_an_error_that_an_interrupt_led_to(monkeypatch, capsys):
+    def interrupted_then_broken(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise AttributeError("'NoneType' object has no attribute 'kill'") from None
+
+    monkeypatch.setattr(cli, "_tune", interrupted_then_broken)
+    assert cli.main(_tune_args()) == 130
+    assert capsys.readouterr().err == "tensortune: interrupted; completed trials are saved\n"
+
+
+def test_cli_leaves_with_130_when_a_library_swallowed_the_interrupt(monkeypatch, capsys):
+    def swallowed(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs within it
+        except KeyboardInterrupt:
+            pass
+        raise RuntimeError("unrelated-looking")  # nothing chains it to the interrupt
+
+    monkeypatch.setattr(cli, "_tune", swallowed)
+    assert cli.main(_tune_args()) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_cli_lets_an_error_without_an_interrupt_through(monkeypatch):
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "_tune", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(_tune_args())
