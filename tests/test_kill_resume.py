@@ -46,6 +46,22 @@ def _children(pid: int) -> list[int]:
     return out + [g for c in out for g in _children(c)]
 
 
+def _kill_if_running(worker: subprocess.Popen) -> None:
+    """Kill `worker` with everything it started (its own process group), if it still runs."""
+    if worker.poll() is None:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+
+@pytest.fixture
+def started():
+    """Runs a test starts, each killed with its process group at the end if it still runs."""
+    runs: list[subprocess.Popen] = []
+    yield runs
+    for run in runs:
+        _kill_if_running(run)
+
+
 def _cpu_ticks(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -95,7 +111,7 @@ def _unclaimed_while_frozen(study: optuna.Study) -> bool:
         return False
 
 
-def test_killed_runs_resume_to_the_requested_count(tmp_path):
+def test_killed_runs_resume_to_the_requested_count(tmp_path, started):
     url = f"sqlite:///{tmp_path / 'kill.db'}"
     env = {**os.environ, "TENSORTUNE_HEARTBEAT_INTERVAL": "1", "TENSORTUNE_GRACE_PERIOD": "3"}
     command = [sys.executable, "-m", "tensortune.cli", "tune", "matmul", "--shape", "48,48,48"]
@@ -110,6 +126,7 @@ def test_killed_runs_resume_to_the_requested_count(tmp_path):
         worker = subprocess.Popen(
             command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=None
         )
+        started.append(worker)
         deadline = time.monotonic() + 60
         hit = None
         while worker.poll() is None and time.monotonic() < deadline:
@@ -185,9 +202,7 @@ def test_ctrl_c_closes_the_batch_and_frees_its_configs(tmp_path):
         _, err = worker.communicate(timeout=60)
     finally:
         # A run that hangs is killed with everything it started, not left to load the machine.
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
+        _kill_if_running(worker)
     assert worker.returncode == 130, err[-2000:]
     assert "interrupted; completed trials are saved" in err
     study = optuna.load_study(study_name="i", storage=url)
