@@ -5,7 +5,8 @@ every `build()` call (a second of imports per batch, more with torch installed, 
 imports it) and pickles IR modules, which segfaults on tvm-ffi 0.1.15; the runner times random
 arguments and has no place to compare a result with a reference. What they share with us is
 TVM's `PopenPoolExecutor` / `PopenWorker`, which kill a task at its timeout and survive a
-crashing child, and that is what is used here. TVM's `time_evaluator` does the timing.
+crashing child, and that is what is used here, made safe to interrupt by
+`tensortune.measure.pool`. TVM's `time_evaluator` does the timing.
 """
 
 from __future__ import annotations
