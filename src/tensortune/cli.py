@@ -6,8 +6,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
@@ -286,7 +286,8 @@ def _workloads(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (2 for bad input, with one line on stderr)."""
+    """Run the CLI; returns the exit status (2 for bad input, with one line on stderr; 130
+    once interrupted by Ctrl-C, whatever error the interrupt led to while unwinding)."""
     args = _parser().parse_args(argv)
     handler = {
         "tune": _tune,
@@ -295,24 +296,72 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dashboard": _dashboard,
         "workloads": _workloads,
     }[args.command]
+    seen: list[int] = []  # SIGINTs received, also those a library turned into another error
+    restore = _note_interrupts(seen)
     try:
         handler(args)
     except TensortuneError as err:
-        print(f"tensortune: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tensortune: interrupted; completed trials are saved", file=sys.stderr)
+        if not seen:
+            print(f"tensortune: error: {err}", file=sys.stderr)
+            return 2
+        _report_interrupt()
+        return 130
+    except BaseException as err:
+        if not (seen or _caused_by_interrupt(err)):
+            raise
+        _report_interrupt()
+        return 130
+    finally:
+        restore()
+    if seen:  # a library swallowed the interrupt
+        _report_interrupt()
         return 130
     return 0
+
+
+def _report_interrupt() -> None:
+    print("tensortune: interrupted; completed trials are saved", file=sys.stderr)
+
+
+def _note_interrupts(seen: list[int]) -> Callable[[], None]:
+    """Make SIGINT append to `seen` before raising `KeyboardInterrupt` as usual; returns what
+    restores the previous handler. Only the main thread can; elsewhere nothing is noted."""
+    import signal
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread
+        return lambda: None
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, old)
+
+    return restore
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    """Whether `err` is a `KeyboardInterrupt` or was raised while handling one."""
+    chain: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in chain:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        chain.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def entry() -> None:
     """The ``tensortune`` command: `main`, then exit with its status."""
     code = main()
     if code == 130:
-        # Interrupted: every trial is closed in storage by now. TVM's worker pool threads may
-        # still wait on a child that the Ctrl-C killed while it started, and the interpreter
-        # would join them at exit; leave at once instead.
+        # Interrupted: every trial is closed in storage and the workers are killed by now.
+        # Leave at once rather than wait for the interpreter to join worker threads and run
+        # finalizers at exit, which a library could hold up.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

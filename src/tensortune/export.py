@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from typing import Any
 
 import numpy as np
 import optuna
 
+from tensortune import scratch
 from tensortune.errors import TensortuneError
 from tensortune.measure.worker_tasks import mismatch
 from tensortune.storage import best_summary, study_target, study_workload
@@ -43,8 +42,11 @@ def export_best(study: optuna.Study, directory: str) -> str:
 
     import tvm
 
-    staging = os.path.join(parent, f".{os.path.basename(directory)}.{uuid.uuid4().hex}.tmp")
-    os.makedirs(staging)
+    # Named for the target, it is swept by the next export there if this one is killed.
+    prefix, suffix = f".{os.path.basename(directory)}.", ".tmp"
+    scratch.sweep(prefix, suffix, parent)
+    folder = scratch.make_folder(prefix, suffix, parent)
+    staging = folder.path
     try:
         library = os.path.join(staging, LIBRARY)
         _, executable = compile_config(template, summary["config"], target)
@@ -66,9 +68,10 @@ def export_best(study: optuna.Study, directory: str) -> str:
             json.dump(manifest, f, indent=2)
         if os.path.isdir(directory):
             os.rmdir(directory)  # empty, checked above
+        os.remove(os.path.join(staging, scratch.LOCK_FILE))  # not part of the export
         os.rename(staging, directory)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        folder.remove()  # after the rename: only the lock is left to release
     return directory
 
 

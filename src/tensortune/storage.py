@@ -12,12 +12,15 @@ the next worker (`fail_stale_trials`), which marks it in the study's system attr
 
 from __future__ import annotations
 
+import copy
+import datetime
 import importlib.util
 import json
 import logging
 import os
 import re
 import threading
+import time
 import warnings
 from types import TracebackType
 from typing import Any
@@ -122,7 +125,7 @@ def open_storage(
         with warnings.catch_warnings():
             # Optuna flags heartbeats as experimental; they are what lets workers die safely.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, **options)
+            return _rdb_storage(url, options)
     except Exception as err:
         lines = [line for line in str(err).splitlines() if line.strip()]
         reason = lines[0].strip() if lines else type(err).__name__
@@ -176,6 +179,7 @@ def fail_stale_trials(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
+    TrialHeartbeats.fail_unbeaten(study)  # killed before their first beat: Optuna skips those
 
 
 class TrialHeartbeats:
@@ -243,6 +247,49 @@ class TrialHeartbeats:
             self._thread.join()
             self._thread = None
 
+    @staticmethod
+    def fail_unbeaten(study: optuna.Study) -> None:
+        """Fail the study's RUNNING trials that never recorded a heartbeat and started longer
+        than the grace period ago, and mark them stale as Optuna's own stale trials are.
+
+        Such a trial's worker was killed between ``study.ask`` and the first heartbeat, which
+        `ask` records at once; Optuna's ``fail_stale_trials`` never fails a trial without one.
+        Start times are the asking worker's clock: workers on machines whose clocks differ by
+        more than the grace period should not share a study. Nothing happens on a storage
+        without heartbeat. `fail_stale_trials` calls it.
+        """
+        storage = study._storage
+        rdb = getattr(storage, "_backend", storage)  # under Optuna's _CachedStorage
+        if not isinstance(rdb, optuna.storages.RDBStorage):
+            return
+        interval = rdb.get_heartbeat_interval()
+        if interval is None:
+            return
+        grace = rdb.grace_period or 2 * interval  # Optuna's own default
+        cutoff = datetime.datetime.now() - datetime.timedelta(seconds=grace)
+        running = storage.get_all_trials(
+            study._study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
+        )
+        old = {t._trial_id for t in running if t.datetime_start and t.datetime_start < cutoff}
+        if not old:
+            return
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        beat = models.TrialHeartbeatModel
+        with _create_scoped_session(rdb.scoped_session) as session:
+            rows = session.query(beat.trial_id).filter(beat.trial_id.in_(old)).all()
+        callback = rdb.get_heartbeat_stale_trial_callback()
+        for trial_id in sorted(old - {row[0] for row in rows}):
+            try:
+                failed = storage.set_trial_state_values(
+                    trial_id, state=optuna.trial.TrialState.FAIL
+                )
+            except optuna.exceptions.UpdateFinishedTrialError:  # another worker was first
+                continue
+            if failed and callback is not None:
+                callback(study, copy.deepcopy(storage.get_trial(trial_id)))
+
     def _beat(self) -> None:
         assert isinstance(self._storage, BaseHeartbeat)
         interval = self._storage.get_heartbeat_interval()
@@ -283,14 +330,39 @@ def study_target(study: optuna.Study) -> dict[str, Any]:
     return dict(json.loads(study.user_attrs["target"]))
 
 
+#: Seconds a worker waits for the attrs of a study that another worker has just created.
+_ATTRS_WAIT = 30.0
+
+
 def find_study(
-    storage: optuna.storages.BaseStorage, name: str, workload: Workload, target: dict[str, Any]
+    storage: optuna.storages.BaseStorage,
+    name: str,
+    workload: Workload,
+    target: dict[str, Any],
+    sampler: optuna.samplers.BaseSampler | None = None,
 ) -> optuna.Study | None:
-    """The study `name` if it exists and tunes `workload` on `target`; None if it does not exist."""
+    """The study `name` if it exists and tunes `workload` on `target`; None if it does not exist.
+
+    A study that exists without its attrs and without trials is being created by another
+    worker (`create_study` writes them just after): it is waited for, up to 30 s.
+
+    Args:
+        storage: The storage to look in.
+        name: The study's name.
+        workload: What the study must tune.
+        target: Where it must tune it.
+        sampler: The sampler the study is loaded with. Default None: Optuna's default.
+    """
     if name not in study_names(storage):
         return None
-    study = optuna.load_study(study_name=name, storage=storage)
+    study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     attrs = study.user_attrs
+    deadline = time.monotonic() + _ATTRS_WAIT
+    while "target" not in attrs and not study.get_trials(deepcopy=False):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+        attrs = study.user_attrs
     if attrs.get("workload") != workload.key or attrs.get("target") != target_key(target):
         raise TensortuneError(
             f"study {name!r} tunes {attrs.get('workload', '(not tensortune)')} on "
@@ -308,15 +380,24 @@ def create_study(
     vendor: tuple[str, float] | None,
     sampler: optuna.samplers.BaseSampler | None,
 ) -> optuna.Study:
-    """A new study maximising GFLOP/s, its attrs recording the workload, target and baseline."""
-    study = optuna.create_study(
-        study_name=name, storage=storage, direction="maximize", sampler=sampler
-    )
+    """A new study maximising GFLOP/s, its attrs recording the workload, target and baseline.
+
+    When another worker creates a study of that name first, that study is returned (checked
+    and waited for as by `find_study`), so that workers started together join one study; its
+    attrs are the other worker's.
+    """
+    try:
+        study = optuna.create_study(
+            study_name=name, storage=storage, direction="maximize", sampler=sampler
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        found = find_study(storage, name, workload, target, sampler)
+        assert found is not None  # studies are never deleted here
+        return found
     attrs: dict[str, Any] = {
         "workload": workload.key,
         "workload_name": workload.name,
         "shape": dict(workload.shape),
-        "target": target_key(target),
         "flop_count": workload.flop_count,
     }
     if vendor is not None:
@@ -326,9 +407,29 @@ def create_study(
             "vendor_seconds": seconds,
             "vendor_gflops": workload.flop_count / seconds / 1e9,
         }
+    # "target" last: a worker that finds the study waits for it (`find_study`), so it then
+    # sees every attr.
+    attrs["target"] = target_key(target)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study
+
+
+def _rdb_storage(url: str, options: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """``RDBStorage(url, **options)``, tried again when another process was creating the same
+    new database's tables at the same moment (the loser of that race sees a table or a schema
+    version row that was not there when it looked); the last failure is raised."""
+    import sqlalchemy.exc
+
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, **options)
+        except sqlalchemy.exc.DatabaseError as err:
+            racing = isinstance(err, sqlalchemy.exc.IntegrityError) or "already exists" in str(err)
+            if not racing or attempt == 4:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def target_key(target: dict[str, Any]) -> str:

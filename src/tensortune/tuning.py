@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import signal
+import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import optuna
@@ -368,25 +370,27 @@ def _run_batches(
                 todo = min(todo, total_trials - count_finished(study))
                 if todo <= 0:
                     break
-            trials = [heartbeats.ask() for _ in range(min(batch_size, todo))]
+            trials: list[optuna.Trial] = []
+            values: list[float] | None = None
+            told = False
             try:
+                for _ in range(min(batch_size, todo)):
+                    trials.append(heartbeats.ask())
                 values = objective.evaluate(trials)
+                if store is not None:
+                    # Before the tell: Optuna refuses artifacts on a finished trial. An
+                    # interrupt here still tells the measured values (below).
+                    _publish_new_best(study, trials, values, objective, store)
+                with _interrupts_deferred():  # a Ctrl-C now waits until the batch is told
+                    _tell_batch(study, trials, values)
+                    told = True
             except BaseException:
-                # Interrupted mid-batch: close the asked trials so none stays RUNNING, marked so
-                # that the sampler neither counts their configs as taken nor learns from them.
-                for trial in trials:
-                    with contextlib.suppress(Exception):  # the storage may be what failed
-                        trial.set_user_attr("failed_stage", "interrupted")
-                        study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                # Interrupted (or failed) mid-batch: what was measured is told, the rest is
+                # closed so that none stays RUNNING; a second Ctrl-C waits until then.
+                if not told:
+                    with _interrupts_deferred(), contextlib.suppress(Exception):
+                        _close_batch(study, trials, values)
                 raise
-            if store is not None:
-                _publish_new_best(study, trials, values, objective, store)
-            for trial, value in zip(trials, values, strict=True):
-                # skip_if_finished: another worker may have failed it as stale meanwhile
-                if math.isnan(value):
-                    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-                else:
-                    study.tell(trial, value, skip_if_finished=True)
             heartbeats.clear()
             done += len(trials)
             bar.update(len(trials))
@@ -399,6 +403,60 @@ def _run_batches(
     finally:
         heartbeats.close()
         bar.close()
+
+
+def _tell_batch(
+    study: optuna.Study, trials: Sequence[optuna.Trial], values: Sequence[float]
+) -> None:
+    for trial, value in zip(trials, values, strict=True):
+        # skip_if_finished: another worker may have failed it as stale meanwhile
+        if math.isnan(value):
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        else:
+            study.tell(trial, value, skip_if_finished=True)
+
+
+def _close_batch(
+    study: optuna.Study, trials: Sequence[optuna.Trial], values: Sequence[float] | None
+) -> None:
+    """Tell each of a batch's `trials` that an interrupt or an error cut short: its value
+    when `values` are known (the batch was measured), else what its user attrs show was
+    recorded; a trial with no result is failed with ``failed_stage`` ``"interrupted"``, so
+    that the sampler neither counts its config as taken nor learns from it. Never raises for
+    one trial: the storage may be what failed."""
+    for index, trial in enumerate(trials):
+        with contextlib.suppress(Exception):
+            if values is not None:
+                _tell_batch(study, [trial], [values[index]])
+                continue
+            attrs = trial.user_attrs
+            if "costs_s" in attrs:  # recorded whole (`Objective._record` sets it last)
+                study.tell(trial, attrs["gflops"], skip_if_finished=True)
+                continue
+            if "failed_stage" not in attrs:
+                trial.set_user_attr("failed_stage", "interrupted")
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold back Ctrl-C (SIGINT) inside the block, then act on it at the end as the handler in
+    place would have (`KeyboardInterrupt` by default). Outside the main thread, where Python
+    never delivers SIGINT, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[tuple[int, Any]] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: seen.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if seen:
+            if callable(old):
+                old(*seen[0])
+            elif old != signal.SIG_IGN:
+                raise KeyboardInterrupt
 
 
 def _publish_new_best(

@@ -5,16 +5,16 @@ every `build()` call (a second of imports per batch, more with torch installed, 
 imports it) and pickles IR modules, which segfaults on tvm-ffi 0.1.15; the runner times random
 arguments and has no place to compare a result with a reference. What they share with us is
 TVM's `PopenPoolExecutor` / `PopenWorker`, which kill a task at its timeout and survive a
-crashing child, and that is what is used here. TVM's `time_evaluator` does the timing.
+crashing child, and that is what is used here, made safe to interrupt by
+`tensortune.measure.pool`. TVM's `time_evaluator` does the timing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-import shutil
 import statistics
-import tempfile
 import threading
 import uuid
 import warnings
@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from tensortune import scratch
 from tensortune.measure import remote, worker_tasks
+from tensortune.measure.pool import Worker, WorkerPool, kill_processes
 from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
 # Idle workers are recycled after this many tasks: TVM notes a slow leak in long-lived builders.
 _MAX_USES = 256
 _WARM_UP_TIMEOUT = 300.0
+# Kernels go to a temporary folder named after this; one left by a killed run is deleted by the
+# next (`tensortune.scratch`).
+_FOLDER_PREFIX = "tensortune-"
 # Beyond RpcDevice.wait_for_device, for the connect task's own watchdog: it fires only when an
 # RPC call without a timeout of its own hangs (a ping of a device that stopped answering, a
 # connect to a host that vanished from the network).
@@ -104,6 +109,7 @@ class Measurer:
         self._builders: Any = None
         self._runner: Any = None
         self._dir: str | None = None
+        self._folder: scratch.Folder | None = None
         # One batch at a time: threads of study.optimize(n_jobs=...) share the workers.
         self._lock = threading.Lock()
 
@@ -116,27 +122,34 @@ class Measurer:
     def _start(self) -> None:
         if self._dir is not None:
             return
-        from tvm.support.popen_pool import PopenPoolExecutor, PopenWorker
-
         _worker_env()
-        self._dir = tempfile.mkdtemp(prefix="tensortune-")
-        self._builders = PopenPoolExecutor(
+        scratch.sweep(_FOLDER_PREFIX)  # kernels of runs that were killed
+        self._folder = scratch.make_folder(_FOLDER_PREFIX)
+        self._dir = self._folder.path
+        self._builders = WorkerPool(
             max_workers=self.settings.build_workers,
             timeout=self.settings.build_timeout,
             maximum_process_uses=_MAX_USES,
         )
-        self._runner = PopenWorker()
+        self._runner = Worker()
         self._runner.send(worker_tasks.warm_up, timeout=_WARM_UP_TIMEOUT)
         self._runner.recv()
 
     def close(self) -> None:
-        """Stop the workers and delete the compiled kernels."""
-        if self._builders is not None:
-            self._builders.shutdown(wait=False)
-            self._runner.kill()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-        self._builders = self._runner = self._dir = None
+        """Stop the workers and delete the compiled kernels; never raises.
+
+        Safe at any moment of an interrupt: the worker processes are killed first, so that
+        no thread waits on a build or a timing that would go on."""
+        builders, runner, folder = self._builders, self._runner, self._folder
+        self._builders = self._runner = self._dir = self._folder = None
+        if builders is not None:
+            builders.close()
+        if runner is not None:
+            kill_processes(runner)
+            with contextlib.suppress(Exception):  # e.g. an optimize thread killed it too
+                runner.kill()
+        if folder is not None:
+            folder.remove()
 
     def measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
         """Build all `configs` in parallel, then time each in turn.
