@@ -52,8 +52,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tune_small_study(storage_url: str) -> None:
-    """matmul 32³, 8 trials then 8 more resumed, in the study ``mm`` of `storage_url`."""
+def tune_small_study(storage_url: str, trials: int = 8) -> None:
+    """matmul 32³, `trials` trials (default 8) then as many more resumed, in the study ``mm``
+    of `storage_url`."""
     import tensortune
 
     settings = tensortune.MeasureSettings(repeat=2, min_repeat_ms=2)
@@ -61,7 +62,7 @@ def tune_small_study(storage_url: str) -> None:
         tensortune.tune(
             "matmul",
             shape=dict(M=32, N=32, K=32),
-            n_trials=8,
+            n_trials=trials,
             storage=storage_url,
             study_name="mm",
             seed=0,

@@ -1,4 +1,5 @@
-"""The benchmark scripts in studies/ run end to end in their --quick mode."""
+"""The benchmark scripts in studies/ run end to end in their --quick mode (slow: each tunes or
+trains for real), and their reports read back what they wrote."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 STUDIES = os.path.join(os.path.dirname(__file__), "..", "studies")
 
@@ -29,6 +32,7 @@ def first_to(curve: list[dict], level: float) -> str:
     return next((c["trial"] for c in curve if float(c["best_gflops"]) >= level), "")
 
 
+@pytest.mark.slow
 def test_template_ceiling_quick(tmp_path):
     rows = run_quick("template_ceiling.py", tmp_path)
     assert [r["workload"] for r in rows] == ["matmul-64", "conv2d-small"]
@@ -42,12 +46,14 @@ def test_template_ceiling_quick(tmp_path):
     assert bests == sorted(bests) and round(bests[-1], 1) == float(rows[0]["best_gflops"])
 
 
+@pytest.mark.slow
 def test_hand_configs_quick(tmp_path):
     (row,) = run_quick("hand_configs.py", tmp_path)
     assert row["workload"] == "matmul-64" and float(row["gflops"]) > 0
     assert float(row["ratio_to_vendor"]) > 0
 
 
+@pytest.mark.slow
 def test_sample_efficiency_quick(tmp_path):
     work = tmp_path / "work"
     command = [sys.executable, os.path.join(STUDIES, "sample_efficiency.py"), "--quick"]
@@ -109,6 +115,7 @@ def test_efficiency_summary_table():
     assert lines[3].split(" | ")[2:] == tpe
 
 
+@pytest.mark.slow
 def test_sampler_overhead_quick(tmp_path):
     (row,) = run_quick("sampler_overhead.py", tmp_path)
     assert int(row["history_trials"]) == 100 and int(row["batch"]) == 16
@@ -116,6 +123,7 @@ def test_sampler_overhead_quick(tmp_path):
     assert float(row["warm_fit_s"]) > 0
 
 
+@pytest.mark.slow
 def test_features_quick(tmp_path):
     rows = run_quick("features.py", tmp_path)
     assert {r["features"] for r in rows} == {"curve", "itervar", "per-store"}
@@ -123,6 +131,7 @@ def test_features_quick(tmp_path):
     assert len(within) == 9 and all(float(r["configs_per_s"]) > 0 for r in within)
 
 
+@pytest.mark.slow
 def test_cost_models_quick(tmp_path):
     rows = run_quick("cost_models.py", tmp_path)
     assert {r["model"] for r in rows} == {"xgb-curve", "xgb-itervar", "xgb-per-store", "treegru"}
@@ -131,6 +140,7 @@ def test_cost_models_quick(tmp_path):
         assert -1 <= float(row["tau"]) <= 1 and float(row["train_ms_per_1000"]) > 0
 
 
+@pytest.mark.slow
 def test_record_configs_writes_measured_configs(tmp_path):
     out = tmp_path / "tiny.json"
     done = subprocess.run(
@@ -154,6 +164,7 @@ def test_record_configs_writes_measured_configs(tmp_path):
     assert all(r["gflops"] is None or r["gflops"] > 0 for r in data["records"])
 
 
+@pytest.mark.slow
 def test_transfer_quick(tmp_path):
     rows = run_quick("transfer.py", tmp_path)
     assert [r["mode"] for r in rows] == ["cold", "warm", "warm-model", "enqueue"]
