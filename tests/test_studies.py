@@ -233,3 +233,26 @@ def test_gpu_study_stops_at_once_without_a_gpu(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1].startswith("gpu_study: no CUDA GPU")
     assert not (tmp_path / "gpu.db").exists() and not (tmp_path / "o").exists()
+
+
+def test_common_retime_and_first_trial():
+    """The studies' one re-timing (real builds, round-robin) and their one trials-to-a-level."""
+    sys.path.insert(0, STUDIES)
+    try:
+        import common
+    finally:
+        sys.path.remove(STUDIES)
+    import tensortune
+    from tensortune.target import target_spec
+
+    template = tensortune.CpuTemplate(common.workload_of("matmul-64"))
+    first = {knob.name: knob.choices[0] for knob in template.knobs}
+    bad = {**first, "unroll": 7}  # outside the space: never runs, so left out
+    kernels = {"a": (template, first), "b": (template, bad)}
+    settings = tensortune.MeasureSettings(repeat=2, min_repeat_ms=1)
+    seconds = common.retime(kernels, target_spec("llvm"), settings, rounds=2)
+    assert set(seconds) == {"a"} and seconds["a"] > 0
+    assert common.first_trial([None, 1.0, 3.0, 2.0], 3.0) == 3
+    assert common.first_trial([None, 1.0, 3.0, 4.0], 3.0, above=True) == 4
+    assert common.first_trial([1.0, None], 5.0) == ""
+    assert common.case("resnet18-c7") == ("conv2d-c7", *common.WORKLOADS["resnet18-c7"])
