@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
-from features import DATASETS, TRANSFERS, half_split, load
+from common import DATASETS, TRANSFERS, half_split, load
 from results_io import write_csv
 
 from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall

@@ -12,53 +12,17 @@ Kendall's tau and top-10 % recall on held-out configs, and configs/s of extracti
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import time
 
 import numpy as np
+from common import DATASETS, HERE, TRANSFERS, half_split, load
 from results_io import write_csv
 
-import tensortune
 from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall
-from tensortune.features import FEATURE_SETS, FeatureExtractor
-from tensortune.sampler.history import training_targets
-from tensortune.templates import CpuTemplate
+from tensortune.features import FEATURE_SETS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-DATA = os.path.join(HERE, "..", "tests", "data")
-DATASETS = ("conv2d_a", "conv2d_b", "matmul_a")
-#: (train on, test on): another shape of the same operator, then another operator.
-TRANSFERS = (
-    ("conv2d_a", "conv2d_b"),
-    ("conv2d_b", "conv2d_a"),
-    ("conv2d_a+conv2d_b", "matmul_a"),
-    ("matmul_a", "conv2d_a"),
-)
-
-
-def load(name: str, feature_set: str, limit: int | None) -> tuple[np.ndarray, np.ndarray, float]:
-    """Feature rows, targets scaled per dataset, and extraction configs/s."""
-    with open(os.path.join(DATA, f"{name}.json")) as f:
-        data = json.load(f)
-    records = data["records"][:limit]
-    workload = tensortune.get_workload(data["workload"], **data["shape"])
-    extractor = FeatureExtractor(CpuTemplate(workload), feature_set)
-    extractor([records[0]["config"]])  # the first call pays one-time setup
-    start = time.perf_counter()
-    rows = extractor([r["config"] for r in records[1:]])
-    rate = (len(records) - 1) / (time.perf_counter() - start)
-    rows = np.vstack([extractor([records[0]["config"]]), rows])
-    values = np.array([np.nan if r["gflops"] is None else r["gflops"] for r in records])
-    return rows, training_targets(values), rate
-
-
-def half_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices of a random half to train on and the other half to test on."""
-    order = np.random.default_rng(seed).permutation(n)
-    return order[: n // 2], order[n // 2 :]
 
 
 def quality(X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, seed: int):

@@ -21,25 +21,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 from typing import Any
 
 import metaschedule_peer
+from common import WORKLOADS as ALL_WORKLOADS
+from common import first_trial, retime
 from results_io import best_so_far, write_csv
 
 from tensortune.errors import TensortuneError
 from tensortune.templates import template_for
-from tensortune.workloads import PRESETS, get_workload
+from tensortune.workloads import get_workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: Label → (workload name, shape).
+#: Label → (workload name, shape): the GPU study's part of `common.WORKLOADS`.
 WORKLOADS = {
-    "matmul-1024": ("matmul", dict(M=1024, N=1024, K=1024)),
-    "resnet18-c7": PRESETS["resnet18-c7"],
-    "resnet18-c12": PRESETS["resnet18-c12"],
+    label: ALL_WORKLOADS[label] for label in ("matmul-1024", "resnet18-c7", "resnet18-c12")
 }
 #: Rounds of interleaved re-timing of the winners.
 RETIME_ROUNDS = 5
@@ -47,9 +46,7 @@ RETIME_ROUNDS = 5
 
 def trials_to_pass(values: list[float | None], vendor: float | None) -> int | str:
     """1-based trial at which a tuner first beat the vendor ('' if never)."""
-    if not vendor:
-        return ""
-    return next((i + 1 for i, v in enumerate(values) if v is not None and v > vendor), "")
+    return first_trial(values, vendor, above=True) if vendor else ""
 
 
 def run_ours(label: str, target: dict[str, Any], args: argparse.Namespace) -> Any:
@@ -65,24 +62,6 @@ def run_ours(label: str, target: dict[str, Any], args: argparse.Namespace) -> An
         study_name=f"gpu-{label}-seed{args.seed}",
         seed=args.seed,
     )
-
-
-def retime(workload: Any, target: dict[str, Any], kernels: dict[str, tuple[Any, dict]]) -> dict:
-    """Median seconds of each tuner's best kernel, timed round-robin so drift hits all alike."""
-    from tensortune.measure import Measurer, MeasureSettings
-
-    settings = MeasureSettings(repeat=5, min_repeat_ms=100)
-    costs: dict[str, list[float]] = {tuner: [] for tuner in kernels}
-    measurers = {t: Measurer(tpl, target, settings) for t, (tpl, _) in kernels.items()}
-    try:
-        for _ in range(RETIME_ROUNDS):
-            for tuner, measurer in measurers.items():
-                result = measurer.measure([kernels[tuner][1]])[0]
-                costs[tuner].extend(result.costs or [])
-    finally:
-        for measurer in measurers.values():
-            measurer.close()
-    return {tuner: statistics.median(c) for tuner, c in costs.items() if c}
 
 
 def main() -> int:
@@ -165,7 +144,8 @@ def main() -> int:
                         "elapsed_s": round(elapsed, 2),
                     }
                 )
-        seconds = retime(workload, target, kernels)
+        retime_settings = MeasureSettings(repeat=5, min_repeat_ms=100)
+        seconds = retime(kernels, target, retime_settings, RETIME_ROUNDS)
         for tuner, tuner_values in values.items():
             found = max((v for v in tuner_values if v is not None), default=0.0)
             retimed = workload.flop_count / seconds[tuner] / 1e9 if tuner in seconds else None

@@ -18,6 +18,7 @@ import argparse
 import os
 import statistics
 
+from common import case
 from results_io import write_csv
 
 import tensortune
@@ -25,10 +26,6 @@ from tensortune.measure import Measurer, MeasureSettings
 from tensortune.target import target_spec
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-
-MATMUL = dict(M=1024, N=1024, K=1024)
-C7 = dict(N=1, C=128, H=28, W=28, OC=256, KH=3, KW=3, stride=2, pad=1)
-C12 = dict(N=1, C=512, H=7, W=7, OC=512, KH=3, KW=3, stride=1, pad=1)
 
 # A 4x32 register tile (rows x vector lanes), k unrolled by 4: the hand-written matmul's shape.
 MATMUL_REG_TILE = {
@@ -108,11 +105,10 @@ C12_F8_X7 = {
     "accumulate": "inner",
 }
 
+#: (results label, operator, shape, {config name: config}).
 CASES = [
     (
-        "matmul-1024",
-        "matmul",
-        MATMUL,
+        *case("matmul-1024"),
         {
             "reg-tile-4x32": MATMUL_REG_TILE,
             "tpe-first-run": MATMUL_TPE,
@@ -120,14 +116,12 @@ CASES = [
             "tpe-best-s2": MATMUL_TPE_S2,
         },
     ),
-    ("conv2d-c7", "conv2d", C7, {"f16-x14": CONV_F16_X14}),
-    ("conv2d-c12", "conv2d", C12, {"tpe-first-run": C12_TPE, "f8-x7": C12_F8_X7}),
+    (*case("resnet18-c7"), {"f16-x14": CONV_F16_X14}),
+    (*case("resnet18-c12"), {"tpe-first-run": C12_TPE, "f8-x7": C12_F8_X7}),
 ]
 QUICK = [
     (
-        "matmul-64",
-        "matmul",
-        dict(M=64, N=64, K=64),
+        *case("matmul-64"),
         {
             "reg-tile": {
                 **MATMUL_REG_TILE,

@@ -35,23 +35,27 @@ import time
 import efficiency_report
 import metaschedule_peer
 import optuna
+from common import (
+    DONE,
+    HERE,
+    QUICK_WORKLOADS,
+    SETTINGS,
+    WORKLOADS,
+    finished,
+    first_trial,
+    retime,
+    study_name,
+    workload_of,
+)
 from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.measure import Measurer, MeasureSettings
 from tensortune.storage import best_summary
 from tensortune.target import target_spec
-from tensortune.workloads import PRESETS, Workload, get_workload
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-#: label → (operator, shape); labels are `tensortune.workloads.PRESETS` names where one exists.
-WORKLOADS = {
-    "matmul-1024": ("matmul", dict(M=1024, N=1024, K=1024)),
-    **{label: PRESETS[label] for label in ("bert-attention", "bert-ffn")},
-    **{label: PRESETS[label] for label in ("resnet18-c2", "resnet18-c7", "resnet18-c12")},
-    "mobilenet-dw": PRESETS["mobilenet-dw"],
-}
-QUICK_WORKLOAD = {"matmul-128": ("matmul", dict(M=128, N=128, K=128))}
+#: The workload of --quick (a label of `common.QUICK_WORKLOADS`).
+QUICK_LABEL = "matmul-128"
 #: Tuner name → options of `tensortune.CostModelSampler` (None: not a costmodel variant).
 #: Each variant changes one thing from the default, for the ablation.
 COSTMODEL_VARIANTS: dict[str, dict] = {
@@ -72,19 +76,10 @@ QUICK_TUNERS = ("costmodel", "tpe", "metaschedule")
 #: CMA-ES is not among them: every knob is categorical, and Optuna's CmaEsSampler samples
 #: categorical parameters independently at random, which is the random tuner.
 CHECKPOINTS = (16, 32, 64, 128, 256)
-#: Three timed costs of at least 30 ms each: enough to rank kernels while keeping a trial near
-#: one second. The re-timing of the winners uses more.
-SETTINGS = MeasureSettings(repeat=3, min_repeat_ms=30)
+#: The re-timing of the winners (`common.retime`); the studies time with `common.SETTINGS`.
 RETIME = MeasureSettings(repeat=5, min_repeat_ms=50)
 RETIME_ROUNDS = 3
-DONE = "bench:wall_s"
 RETIMED = "bench:remeasured_gflops"
-
-
-def workload_of(label: str) -> Workload:
-    """The workload a study label names."""
-    op, shape = (WORKLOADS | QUICK_WORKLOAD)[label]
-    return get_workload(op, **shape)
 
 
 class TimedSampler(optuna.samplers.BaseSampler):
@@ -122,23 +117,6 @@ def make_tuner(tuner: str, seed: int) -> optuna.samplers.BaseSampler:
     if tuner in COSTMODEL_VARIANTS:
         return tensortune.CostModelSampler(seed=seed, **COSTMODEL_VARIANTS[tuner])
     return tensortune.make_sampler(tuner, seed)
-
-
-def study_name(label: str, tuner: str, seed: int, trials: int) -> str:
-    return f"{label}/{tuner}/s{seed}/n{trials}"
-
-
-def finished(storage: str, name: str) -> optuna.Study | None:
-    """The study `name` if it finished; an unfinished one (an interrupted run) is deleted so
-    that it runs again from scratch."""
-    try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        return None
-    if DONE in study.user_attrs:
-        return study
-    optuna.delete_study(study_name=name, storage=storage)
-    return None
 
 
 def run_ours(label: str, tuner: str, seed: int, trials: int, storage: str) -> optuna.Study:
@@ -205,29 +183,17 @@ def run_metaschedule(label: str, seed: int, trials: int, storage: str) -> optuna
 def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
     """Re-time each study's best kernel, interleaved over rounds; stores the median GFLOP/s."""
     workload = workload_of(label)
-    target = target_spec("llvm")
-    measurers, configs = {}, {}
+    kernels: dict[str, tuple[object, dict]] = {}
     for tuner, study in studies.items():
         if tuner == "metaschedule":
-            template = metaschedule_peer.ScriptTemplate(workload)
-            configs[tuner] = {"script": study.user_attrs["bench:best_script"]}
+            script = {"script": study.user_attrs["bench:best_script"]}
+            kernels[tuner] = (metaschedule_peer.ScriptTemplate(workload), script)
         else:
-            template = tensortune.CpuTemplate(workload)
-            configs[tuner] = best_summary(study)["config"]
-        measurers[tuner] = Measurer(template, target, RETIME)
-    costs: dict[str, list[float]] = {tuner: [] for tuner in studies}
-    try:
-        for _ in range(RETIME_ROUNDS):
-            for tuner, measurer in measurers.items():
-                result = measurer.measure([configs[tuner]])[0]
-                costs[tuner].extend(result.costs or [])
-    finally:
-        for measurer in measurers.values():
-            measurer.close()
+            kernels[tuner] = (tensortune.CpuTemplate(workload), best_summary(study)["config"])
+    seconds = retime(kernels, target_spec("llvm"), RETIME, RETIME_ROUNDS)
     for tuner, study in studies.items():
-        if costs[tuner]:
-            gflops = workload.flop_count / sorted(costs[tuner])[len(costs[tuner]) // 2] / 1e9
-            study.set_user_attr(RETIMED, gflops)
+        if tuner in seconds:
+            study.set_user_attr(RETIMED, workload.flop_count / seconds[tuner] / 1e9)
 
 
 def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[dict, list[dict]]:
@@ -248,11 +214,6 @@ def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[d
     row["wall_s"] = round(attrs[DONE], 1)
     row["sampler_s"] = round(attrs.get("bench:sampler_s", 0.0), 1)
     return row, curve
-
-
-def trials_to(curve: list[dict], level: float) -> int | str:
-    """First trial whose best-so-far reaches `level` ('' if none does)."""
-    return next((c["trial"] for c in curve if c["best_gflops"] >= level), "")
 
 
 def main() -> None:
@@ -277,7 +238,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        labels, trials, seeds = list(QUICK_WORKLOAD), 32, [0]
+        labels, trials, seeds = [QUICK_LABEL], 32, [0]
         tuners = args.tuners or list(QUICK_TUNERS)
         work = args.work or tempfile.mkdtemp(prefix="sample-efficiency-")
     else:
@@ -323,14 +284,15 @@ def write_results(storage: str, trials: int, out: str) -> None:
         seed = int(seed_text.removeprefix("s"))
         groups.setdefault((label, seed), []).append(summarize(label, tuner, seed, study))
     rows, curves = [], []
-    order = {label: i for i, label in enumerate(WORKLOADS | QUICK_WORKLOAD)}
+    order = {label: i for i, label in enumerate(WORKLOADS | QUICK_WORKLOADS)}
     for _, results in sorted(groups.items(), key=lambda g: (order.get(g[0][0], len(order)), g[0])):
         # The reference is the main tuners' best, so that adding variants moves nothing.
         main = [r for r in results if r[0]["tuner"] in MAIN_TUNERS] or results
         top = max(curve[-1]["best_gflops"] for _, curve in main)
         results.sort(key=lambda result: efficiency_report.tuner_order(result[0]["tuner"]))
         for row, curve in results:
-            row["trials_to_90%"] = trials_to(curve, 0.9 * top)
+            bests = [c["best_gflops"] for c in curve]
+            row["trials_to_90%"] = first_trial(bests, 0.9 * top)
             rows.append(row)
             curves.extend(curve)
     if not rows:

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import optuna
+from common import case
 from results_io import write_csv
 
 import tensortune
@@ -32,11 +33,8 @@ from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate, InvalidConfig
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-FULL = [
-    ("matmul-1024", "matmul", dict(M=1024, N=1024, K=1024)),
-    ("conv2d-c7", "conv2d", dict(N=1, C=128, H=28, W=28, OC=256, KH=3, KW=3, stride=2, pad=1)),
-]
-QUICK = [("matmul-64", "matmul", dict(M=64, N=64, K=64))]
+FULL = [case(label) for label in ("matmul-1024", "resnet18-c7")]
+QUICK = [case("matmul-64")]
 
 
 def history(template: CpuTemplate, n: int, seed: int) -> list[optuna.trial.FrozenTrial]:

@@ -23,6 +23,7 @@ import tempfile
 import time
 
 import optuna
+from common import case
 from results_io import best_so_far, draw_band, pyplot, write_csv
 
 import tensortune
@@ -31,15 +32,8 @@ from tensortune.target import host_cores, host_cpu
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
-FULL = [
-    ("matmul-1024", "matmul", dict(M=1024, N=1024, K=1024)),
-    ("conv2d-c7", "conv2d", dict(N=1, C=128, H=28, W=28, OC=256, KH=3, KW=3, stride=2, pad=1)),
-    ("conv2d-c12", "conv2d", dict(N=1, C=512, H=7, W=7, OC=512, KH=3, KW=3, stride=1, pad=1)),
-]
-QUICK = [
-    ("matmul-64", "matmul", dict(M=64, N=64, K=64)),
-    ("conv2d-small", "conv2d", dict(N=1, C=8, H=8, W=8, OC=16, KH=3, KW=3, stride=1, pad=1)),
-]
+FULL = [case(label) for label in ("matmul-1024", "resnet18-c7", "resnet18-c12")]
+QUICK = [case(label) for label in ("matmul-64", "conv2d-small")]
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ import tempfile
 import time
 
 import optuna
-import sample_efficiency as se
+from common import DONE, SETTINGS, finished, first_trial, study_name, workload_of
 from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
 
 import tensortune
@@ -67,17 +67,9 @@ PAIRS = {
 }
 #: --quick: another matmul shape → matmul 128, 16 trials, one seed.
 QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
-QUICK_WORKLOADS = {"matmul-192x96x160": ("matmul", dict(M=192, N=96, K=160))}
 MODES = ("cold", "warm", "warm-model", "enqueue")
 CHECKPOINTS = (16, 32, 64)
 TRIALS = 64
-
-
-def workload_of(label: str) -> tensortune.Workload:
-    if label in QUICK_WORKLOADS:
-        op, shape = QUICK_WORKLOADS[label]
-        return tensortune.get_workload(op, **shape)
-    return se.workload_of(label)
 
 
 def source_studies(
@@ -87,8 +79,8 @@ def source_studies(
     out = []
     for label in labels:
         for seed in seeds:
-            name = se.study_name(label, "costmodel", seed, trials)
-            study = se.finished(storage, name)
+            name = study_name(label, "costmodel", seed, trials)
+            study = finished(storage, name)
             if study is None:
                 print(f"source {name}: running it first", flush=True)
                 sampler = tensortune.CostModelSampler(seed=seed)
@@ -126,7 +118,7 @@ def run_target(
     name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
     if cost_model != "xgb":
         name = f"{cost_model}:{name}"
-    study = se.finished(storage, name)
+    study = finished(storage, name)
     if study is not None:
         return study
     sampler = tensortune.CostModelSampler(
@@ -161,10 +153,10 @@ def timed_tune(
         storage=storage,
         study_name=name,
         sampler=sampler,
-        settings=se.SETTINGS,
+        settings=SETTINGS,
         show_progress=False,
     )
-    study.set_user_attr(se.DONE, time.perf_counter() - start)
+    study.set_user_attr(DONE, time.perf_counter() - start)
     return study
 
 
@@ -231,11 +223,12 @@ def summarize(
         row = {"pair": pair, "target": target, "mode": mode, "seed": seed}
         for n in CHECKPOINTS:
             row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1) if n <= len(curve) else ""
-        row["trials_to_90pct_cold"] = se.trials_to(curve, 0.9 * cold_best)
+        bests = [c["best_gflops"] for c in curve]
+        row["trials_to_90pct_cold"] = first_trial(bests, 0.9 * cold_best)
         row["enqueued"] = attrs.get("bench:enqueued", "")
         vendor = attrs.get("vendor_gflops")  # the enqueue studies measure none
         row["vendor_gflops"] = round(vendor, 1) if vendor else ""
-        row["wall_s"] = round(attrs[se.DONE], 1)
+        row["wall_s"] = round(attrs[DONE], 1)
         rows.append(row)
     return rows, [c for curve in curves.values() for c in curve]
 

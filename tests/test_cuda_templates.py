@@ -1,5 +1,6 @@
-"""CUDA template without a GPU: sampled configs build to CUDA C (and one to PTX), limits are
-refused before any build, and the lowered kernels pass TVM's GPU checks."""
+"""CUDA template, with or without a GPU: sampled configs build to CUDA C (and one to PTX), limits
+are refused before any build, the lowered kernels pass TVM's GPU checks, and tuning and timing
+run on a GPU where there is one and are refused (tune) or fail at run (timing) where not."""
 
 from __future__ import annotations
 
@@ -121,32 +122,56 @@ def test_no_reduction_is_refused():
 
 
 # -- wired into tensortune: target, tune, measurer, sampler -------------------------------------
-def test_cuda_targets_parse_and_a_gpu_less_machine_is_refused(tmp_path):
+# Each of these checks the behaviour on either kind of machine: with a GPU, tuning and timing
+# really run; without one, tuning is refused before anything is written and timing fails at run.
+def _local_target() -> dict:
+    """The cuda target of this machine's GPU (its own arch), or `TARGET` where there is none."""
+    from tensortune.target import gpu_present
+
+    if not gpu_present():
+        return TARGET
+    major, minor = tvm.cuda(0).compute_version.split(".")
+    return {"kind": "cuda", "arch": f"sm_{major}{minor}"}
+
+
+def test_cuda_targets_parse_and_tune_runs_only_where_a_gpu_is(tmp_path):
     import tensortune
     from tensortune import TensortuneError
     from tensortune.target import gpu_present, target_spec
 
     assert target_spec('{"kind": "cuda", "arch": "sm_90"}')["arch"] == "sm_90"
     assert target_spec("cuda -arch=sm_80")["arch"] == "sm_80"
-    assert not gpu_present()  # these tests run where no GPU is
     url = f"sqlite:///{tmp_path / 'gpu.db'}"
-    with pytest.raises(TensortuneError, match="no CUDA GPU on this machine"):
-        tensortune.tune("matmul", target=TARGET, shape=dict(M=64, N=64, K=64), storage=url)
-    assert not (tmp_path / "gpu.db").exists()  # refused before anything was written
+    settings = tensortune.MeasureSettings(repeat=2, min_repeat_ms=2)
+    tune = dict(shape=dict(M=64, N=64, K=64), storage=url, settings=settings)
+    if gpu_present():
+        study = tensortune.tune("matmul", target=_local_target(), n_trials=4, seed=0, **tune)
+        values = [t.value for t in study.trials if t.value is not None]
+        assert len(study.trials) == 4 and values and min(values) > 0, study.trials
+    else:
+        with pytest.raises(TensortuneError, match="no CUDA GPU on this machine"):
+            tensortune.tune("matmul", target=TARGET, **tune)
+        assert not (tmp_path / "gpu.db").exists()  # refused before anything was written
 
 
 def test_measurer_builds_cuda_candidates_in_its_workers():
     from tensortune.measure import Measurer, MeasureSettings
+    from tensortune.target import gpu_present
 
-    template = CudaTemplate(get_workload("matmul", 64, 64, 64), TARGET)
+    target = _local_target()
+    template = CudaTemplate(get_workload("matmul", 64, 64, 64), target)
     configs = [c for c in _sample(template, 6, seed=3) if _valid(template, c)][:2]
-    with Measurer(template, TARGET, MeasureSettings(repeat=1, min_repeat_ms=0)) as measurer:
+    assert len(configs) == 2
+    with Measurer(template, target, MeasureSettings(repeat=1, min_repeat_ms=0)) as measurer:
         results = measurer.measure(configs)
     for result in results:
-        # Built (the CUDA module is embedded in the library), then refused at run time for want of
-        # a GPU: the failure is the run's, with the reason, not the build's.
+        # Built (the CUDA module is embedded in the library) in either case.
         assert result.compile_seconds > 0, result
-        assert result.stage == "run" and result.error, result
+        if gpu_present():  # then timed on the GPU, and its output checked
+            assert result.error is None and result.stage is None, result
+            assert len(result.costs) >= 1 and result.cost > 0, result
+        else:  # refused at run time for want of a GPU: the run's failure, with the reason
+            assert result.stage == "run" and result.error and not result.costs, result
 
 
 def _valid(template: CudaTemplate, config: dict) -> bool:

@@ -5,69 +5,34 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
-import tensortune
 from tensortune.cli import main
 from tensortune.dashboard import KERNEL_CODE, KERNEL_TIR, PROGRESS_PLOT_ID
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--virtual-time-budget=15000",
-]
-SCREENSHOT = os.path.join(
-    os.path.dirname(__file__), "..", "studies", "results", "dashboard_screenshot.png"
-)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "studies"))
+try:
+    # The study that takes studies/results/dashboard_screenshot.png; the test takes its own.
+    import dashboard_screenshot as shots
+finally:
+    sys.path.pop(0)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: Trials of each of the two runs (created, then resumed) of the served study.
+TRIALS = 4
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """A finished 16-trial study, served by `tensortune dashboard` on a free port."""
+    """A finished study of two runs of `TRIALS`, served by `tensortune dashboard` on a free
+    port."""
     storage_url = f"sqlite:///{tmp_path_factory.mktemp('dashboard') / 'studies.db'}"
-    fast_settings = tensortune.MeasureSettings(repeat=2, min_repeat_ms=2)
-    for _ in range(2):  # created, then resumed: the plot must follow
-        tensortune.tune(
-            "matmul",
-            shape=dict(M=32, N=32, K=32),
-            n_trials=8,
-            storage=storage_url,
-            study_name="mm",
-            seed=0,
-            settings=fast_settings,
-            show_progress=False,
-        )
-    port = _free_port()
-    command = [sys.executable, "-m", "tensortune.cli", "dashboard", "--storage", storage_url]
-    server = subprocess.Popen([*command, "--port", str(port)], stdout=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{base}/api/studies", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.2)
+    shots.tune_small_study(storage_url, TRIALS)
+    with shots.serve(storage_url) as (base, port):
         yield base, storage_url, port
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_api_has_note_plot_and_trial_attrs(served):
@@ -81,7 +46,8 @@ def test_api_has_note_plot_and_trial_attrs(served):
     figure = json.loads(plot["graph_object"])
     trial_trace, best_trace = figure["data"][:2]
     n_complete = sum(t["state"] == "Complete" for t in study["trials"])
-    assert len(best_trace["y"]) == n_complete >= 8  # updated after the resumed batches too
+    # Updated after the resumed run too: it has more points than the first run had trials.
+    assert len(best_trace["y"]) == n_complete > TRIALS
     assert best_trace["y"] == sorted(best_trace["y"])
     assert max(best_trace["y"]) == pytest.approx(max(trial_trace["y"]))
     complete = [t for t in study["trials"] if t["state"] == "Complete"]
@@ -107,14 +73,15 @@ def test_best_kernel_code_is_an_artifact_of_the_best_trial(served):
     assert "__tvm_ffi_main:" in code and "\tret" in code, code[:500]  # assembly of the kernel
 
 
-def test_chromium_renders_trials_attrs_and_plot(served):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+@pytest.mark.slow
+def test_chromium_renders_trials_attrs_and_plot(served, tmp_path):
+    chromium = shots.find_chromium()
     assert chromium, "headless Chromium is missing: run `bash tests/system_deps.sh`"
     base, _, _ = served
 
     def dom(path: str) -> str:
         done = subprocess.run(
-            [chromium, *CHROMIUM_FLAGS, "--dump-dom", f"{base}{path}"],
+            [chromium, *shots.CHROMIUM_FLAGS, "--dump-dom", f"{base}{path}"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -129,14 +96,25 @@ def test_chromium_renders_trials_attrs_and_plot(served):
     trials = dom("/dashboard/studies/1/trials")
     for key in ("gflops", "vendor_ratio", "compile_s"):
         assert key in trials
-    shot = ["--window-size=1400,2400", f"--screenshot={SCREENSHOT}"]
-    subprocess.run(
-        [chromium, *CHROMIUM_FLAGS, *shot, f"{base}/dashboard/studies/1"],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    assert os.path.getsize(SCREENSHOT) > 10_000
+    # A fresh picture in a folder of this test's own: nothing committed can stand in for it.
+    path = tmp_path / "shot.png"
+    shots.screenshot(chromium, f"{base}/dashboard/studies/1", str(path))
+    assert shots.png_size(str(path)) == shots.WINDOW and path.stat().st_size > 10_000
+
+
+def test_screenshot_check_refuses_a_missing_or_stale_picture(tmp_path):
+    """The check fails when Chromium writes nothing, and refuses a picture already there."""
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\nexit 0\n")  # exits fine, draws nothing
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError, match="wrote no screenshot"):
+        shots.screenshot(str(fake), "http://127.0.0.1:1/", str(tmp_path / "none.png"))
+    stale = tmp_path / "stale.png"
+    stale.write_bytes(b"")
+    with pytest.raises(RuntimeError, match="exists already"):
+        shots.screenshot(str(fake), "http://127.0.0.1:1/", str(stale))
+    with pytest.raises(ValueError, match="not a PNG"):
+        shots.png_size(str(stale))
 
 
 def test_dashboard_refuses_a_taken_port_and_a_missing_storage(served, tmp_path, capsys):
@@ -144,5 +122,5 @@ def test_dashboard_refuses_a_taken_port_and_a_missing_storage(served, tmp_path, 
     assert main(["dashboard", "--storage", storage_url, "--port", str(port)]) == 2
     assert "cannot serve on 127.0.0.1" in capsys.readouterr().err
     missing = f"sqlite:///{tmp_path / 'none.db'}"
-    assert main(["dashboard", "--storage", missing, "--port", str(_free_port())]) == 2
+    assert main(["dashboard", "--storage", missing, "--port", str(shots.free_port())]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -23,6 +23,8 @@ from tensortune.trial_records import (
     trial_config,
 )
 
+pytestmark = pytest.mark.slow  # several tensortune processes, killed and resumed
+
 TOTAL = 28
 GRACE = 3
 STARTUP = 16  # CostModelSampler's n_startup_trials: its model proposes from then on

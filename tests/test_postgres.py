@@ -171,6 +171,7 @@ def _space() -> KnobSpace:
     return KnobSpace(CpuTemplate(tensortune.get_workload("matmul", 48, 48, 48)).knobs)
 
 
+@pytest.mark.slow
 def test_four_workers_measure_distinct_configs(postgres_url):
     first = subprocess.run(
         _tune_command(postgres_url, "shared", 2), capture_output=True, text=True, timeout=300
@@ -213,6 +214,7 @@ def _freeze_mid_trial(victim: subprocess.Popen, url: str, study_name: str, log: 
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_killed_worker_trials_fail_as_stale_and_free_their_configs(postgres_url, tmp_path):
     env = _short_heartbeat()
     with open(tmp_path / "victim.log", "w") as log:

@@ -128,6 +128,7 @@ def _wait_for(ready: Callable[[], bool], what: str, services: list[Service]) -> 
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_devices_killed_mid_study_fail_only_their_trials(tracker, services, storage_url):
     """Two servers, A and B. A times the first candidates and is killed during its third: the
     study goes on with B. B is killed during its third too, and only then is a third server

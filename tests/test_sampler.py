@@ -29,6 +29,7 @@ def _configs(study):
     return [tuple(sorted(t.params.items())) for t in study.trials if t.params]
 
 
+@pytest.mark.slow
 def test_study_measures_no_config_twice_and_uses_the_model(storage_url, fast_settings):
     sampler = CostModelSampler(n_startup_trials=8, batch_size=8, seed=0)
     study = tensortune.tune(

@@ -45,6 +45,7 @@ def _prior(url: str) -> optuna.Study:
     return optuna.load_study(study_name="prior", storage=url)
 
 
+@pytest.mark.slow
 def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_settings):
     workload = tensortune.get_workload("matmul", **TARGET)
     template = CpuTemplate(workload)
@@ -85,6 +86,7 @@ def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_setti
     )["transfer_sources"] == ["prior"]
 
 
+@pytest.mark.slow
 def test_treegru_warm_starts_from_loop_trees_of_another_shape(
     source_url, storage_url, fast_settings
 ):
@@ -104,6 +106,7 @@ def test_treegru_warm_starts_from_loop_trees_of_another_shape(
     assert all(t.value and t.value > 0 for t in study.trials)
 
 
+@pytest.mark.slow
 def test_cli_warm_starts_from_another_storage(source_url, storage_url):
     argv = ["tune", "matmul", "--shape", "64,64,64", "--trials", "4", "--batch-size", "4"]
     argv += ["--storage", storage_url, "--study", "mm", "--seed", "0", "--no-progress"]

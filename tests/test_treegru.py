@@ -149,6 +149,7 @@ def test_bad_inputs_are_refused():
         tensortune.CostModelSampler(cost_model="gbt")
 
 
+@pytest.mark.slow
 def test_cli_tunes_with_the_treegru(tmp_path):
     """A real study driven by the TreeGRU: after the 16 random start-up trials the model
     proposes, and the study's note names the model."""

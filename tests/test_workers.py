@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tensortune.trial_records import trial_config
+
+pytestmark = pytest.mark.slow  # several tensortune processes on one study
 
 
 def test_workers_with_one_seed_measure_distinct_configs(storage_url):

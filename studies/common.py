@@ -1,0 +1,161 @@
+"""What the scripts in this folder share, so that none imports another: the reference workloads
+(one name each), the settings and storage conventions of the tuning studies, one re-timing of
+winners, trials to a level, and the recorded-measurement datasets of the cost-model studies.
+
+Reading and writing results (CSV, curves, plots) is in ``results_io.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import optuna
+
+import tensortune
+from tensortune.measure import Measurer, MeasureSettings
+from tensortune.workloads import PRESETS, Workload
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+# -- the reference workloads ---------------------------------------------------------------------
+#: Label → (operator, shape) of the workloads the studies tune; labels are
+#: `tensortune.workloads.PRESETS` names where one exists.
+WORKLOADS: dict[str, tuple[str, dict[str, int]]] = {
+    "matmul-1024": ("matmul", dict(M=1024, N=1024, K=1024)),
+    **{
+        label: PRESETS[label]
+        for label in (
+            "bert-attention",
+            "bert-ffn",
+            "resnet18-c2",
+            "resnet18-c7",
+            "resnet18-c12",
+            "mobilenet-dw",
+        )
+    },
+}
+#: Small stand-ins for the --quick modes.
+QUICK_WORKLOADS: dict[str, tuple[str, dict[str, int]]] = {
+    "matmul-64": ("matmul", dict(M=64, N=64, K=64)),
+    "matmul-128": ("matmul", dict(M=128, N=128, K=128)),
+    "matmul-192x96x160": ("matmul", dict(M=192, N=96, K=160)),
+    "conv2d-small": ("conv2d", dict(N=1, C=8, H=8, W=8, OC=16, KH=3, KW=3, stride=1, pad=1)),
+}
+#: The names the CPU template studies (template_ceiling.py, hand_configs.py,
+#: sampler_overhead.py) write for the ResNet-18 layers in their results, kept so that those
+#: files read the same as before: the workloads are `WORKLOADS`' ``resnet18-c7``/``-c12``.
+CONV_LABELS = {"resnet18-c7": "conv2d-c7", "resnet18-c12": "conv2d-c12"}
+
+
+def workload_of(label: str) -> Workload:
+    """The workload a label of `WORKLOADS` or `QUICK_WORKLOADS` names."""
+    op, shape = (WORKLOADS | QUICK_WORKLOADS)[label]
+    return tensortune.get_workload(op, **shape)
+
+
+def case(label: str) -> tuple[str, str, dict[str, int]]:
+    """(results label, operator, shape) of a workload label, for the scripts that write
+    `CONV_LABELS`' names."""
+    op, shape = (WORKLOADS | QUICK_WORKLOADS)[label]
+    return CONV_LABELS.get(label, label), op, shape
+
+
+# -- tuning studies: settings and storage conventions -------------------------------------------
+#: Three timed costs of at least 30 ms each: enough to rank kernels while keeping a trial near
+#: one second. The re-timing of the winners uses more.
+SETTINGS = MeasureSettings(repeat=3, min_repeat_ms=30)
+#: User attr a study gets once it finished: its wall seconds.
+DONE = "bench:wall_s"
+
+
+def study_name(label: str, tuner: str, seed: int, trials: int) -> str:
+    """The name of a sample-efficiency study; transfer.py finds its sources by it."""
+    return f"{label}/{tuner}/s{seed}/n{trials}"
+
+
+def finished(storage: str, name: str) -> optuna.Study | None:
+    """The study `name` if it finished; an unfinished one (an interrupted run) is deleted so
+    that it runs again from scratch."""
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+    if DONE in study.user_attrs:
+        return study
+    optuna.delete_study(study_name=name, storage=storage)
+    return None
+
+
+def retime(
+    kernels: dict[str, tuple[Any, dict]],
+    target: dict[str, Any],
+    settings: MeasureSettings,
+    rounds: int,
+) -> dict[str, float]:
+    """Median seconds of each named (template, config) kernel on `target`, timed round-robin
+    over `rounds` rounds of `settings` so that drift hits all alike; a kernel that never ran is
+    left out."""
+    costs: dict[str, list[float]] = {name: [] for name in kernels}
+    measurers = {name: Measurer(tpl, target, settings) for name, (tpl, _) in kernels.items()}
+    try:
+        for _ in range(rounds):
+            for name, measurer in measurers.items():
+                result = measurer.measure([kernels[name][1]])[0]
+                costs[name].extend(result.costs or [])
+    finally:
+        for measurer in measurers.values():
+            measurer.close()
+    return {name: statistics.median(c) for name, c in costs.items() if c}
+
+
+def first_trial(values: list[float | None], level: float, *, above: bool = False) -> int | str:
+    """The 1-based trial whose value first reaches `level` (exceeds it, with `above`), or ''
+    if none does. `values` are per trial in order, None for a failed one."""
+    for i, value in enumerate(values):
+        if value is not None and (value > level if above else value >= level):
+            return i + 1
+    return ""
+
+
+# -- recorded measurements (tests/data) for the cost-model studies ------------------------------
+DATA = os.path.join(HERE, "..", "tests", "data")
+DATASETS = ("conv2d_a", "conv2d_b", "matmul_a")
+#: (train on, test on): another shape of the same operator, then another operator.
+TRANSFERS = (
+    ("conv2d_a", "conv2d_b"),
+    ("conv2d_b", "conv2d_a"),
+    ("conv2d_a+conv2d_b", "matmul_a"),
+    ("matmul_a", "conv2d_a"),
+)
+
+
+def load(name: str, feature_set: str, limit: int | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Feature rows, targets scaled per dataset, and extraction configs/s."""
+    from tensortune.features import FeatureExtractor
+    from tensortune.sampler.history import training_targets
+    from tensortune.templates import CpuTemplate
+
+    with open(os.path.join(DATA, f"{name}.json")) as f:
+        data = json.load(f)
+    records = data["records"][:limit]
+    workload = tensortune.get_workload(data["workload"], **data["shape"])
+    extractor = FeatureExtractor(CpuTemplate(workload), feature_set)
+    extractor([records[0]["config"]])  # the first call pays one-time setup
+    start = time.perf_counter()
+    rows = extractor([r["config"] for r in records[1:]])
+    rate = (len(records) - 1) / (time.perf_counter() - start)
+    rows = np.vstack([extractor([records[0]["config"]]), rows])
+    values = np.array([np.nan if r["gflops"] is None else r["gflops"] for r in records])
+    return rows, training_targets(values), rate
+
+
+def half_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of a random half to train on and the other half to test on."""
+    order = np.random.default_rng(seed).permutation(n)
+    return order[: n // 2], order[n // 2 :]
