@@ -3,6 +3,7 @@ measurement of their own; bad sources are refused before anything is written."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -98,12 +99,15 @@ def test_treegru_warm_starts_from_loop_trees_of_another_shape(
         storage=storage_url,
         study_name="treegru-warm",
         sampler=CostModelSampler(cost_model="treegru", source_studies=[_prior(source_url)], seed=0),
-        settings=fast_settings,
+        # Its first proposals unroll 512 steps with i vectorised: 25 s to compile on a loaded
+        # 2-core machine, two at a time, and past fast_settings' 60 s when others share it.
+        settings=dataclasses.replace(fast_settings, build_timeout=600.0),
         show_progress=False,
     )
     kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
     assert kinds[0] == "model" and set(kinds) <= {"model", "random"}, kinds
-    assert all(t.value and t.value > 0 for t in study.trials)
+    failed = [(t.number, t.user_attrs.get("error")) for t in study.trials if not t.value]
+    assert not failed, failed
 
 
 @pytest.mark.slow
