@@ -372,4 +372,5 @@ def test_objective_with_threads(storage_url, fast_settings):
     )
     with tensortune.Objective(workload, settings=fast_settings) as objective:
         study.optimize(objective, n_trials=4, n_jobs=2)
-    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    errors = [t.user_attrs.get("error") for t in study.trials]
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4, errors

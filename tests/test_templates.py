@@ -99,6 +99,31 @@ def test_sampled_configs_compile_and_compute_correctly(name):
         study.tell(trial, 0.0)
 
 
+def test_write_back_under_a_tile_whose_inner_tiles_are_all_one():
+    """Accumulating under S2 when every S3 tile is 1: the write-back has no loop of its own, and
+    the S2 loop that holds it (and the reduction) must not be vectorised; this config once
+    failed as invalid, as about 1 in 100 random configs of every CPU workload did."""
+    workload = get_workload("batch_matmul", 2, 16, 16, 16)
+    config = {
+        "tile_b": "1x1x2x1",
+        "tile_i": "8x1x2x1",
+        "tile_j": "1x16x1x1",
+        "tile_k": "8x2",
+        "inner_axis": "i",
+        "order": "S0 S1 S2 R0 R1 S3",
+        "parallel": 1,
+        "unroll": 512,
+        "accumulate": "inner",
+    }
+    inputs = workload.random_inputs(seed=0)
+    (want,) = workload.reference(inputs)
+    lib = tvm.compile(CpuTemplate(workload).apply(config).mod, target="llvm")
+    dev = tvm.cpu(0)
+    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), dev)
+    lib["main"](*[tvm.runtime.tensor(a, dev) for a in inputs], out)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_values_outside_the_space_are_refused():
     template = CpuTemplate(get_workload("matmul", 64, 64, 64))
     good = {k.name: k.choices[0] for k in template.knobs}

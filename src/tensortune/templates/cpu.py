@@ -201,8 +201,18 @@ class CpuTemplate(KnobTemplate):
 
     @staticmethod
     def _vectorize_innermost(sch: Schedule, block: SBlockRV) -> None:
+        """Vectorise `block`'s innermost loop, if that loop holds the block alone.
+
+        A block computed at a loop with no loops of its own (a write-back under a tile whose
+        inner tiles all have extent one) shares its innermost loop with other blocks: that loop
+        is not the block's to vectorise.
+        """
         loop = sch.get_loops(block)[-1]
-        if int(sch.get(loop).extent) > 1:
+        body = sch.get(loop).body
+        holds_only_block = getattr(body, "block", None) is not None and body.block.same_as(
+            sch.get(block)
+        )
+        if holds_only_block and int(sch.get(loop).extent) > 1:
             sch.vectorize(loop)
 
     @staticmethod
