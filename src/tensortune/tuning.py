@@ -25,7 +25,7 @@ from tensortune.dashboard import (
     publish_progress,
 )
 from tensortune.errors import TensortuneError
-from tensortune.measure import Measurer, MeasureResult, MeasureSettings, RpcDevice
+from tensortune.measure import Measurer, MeasureResult, MeasurerLike, MeasureSettings, RpcDevice
 from tensortune.sampler.transfer import check_sources
 from tensortune.storage import (
     TrialHeartbeats,
@@ -67,6 +67,10 @@ class Objective:
         device: Time candidates on this device of a TVM RPC tracker (they are still built
             here, for `target`, which should then describe that device). Default None: time
             on this machine.
+        measurer: What builds and times the configs, anything with ``measure`` and ``close``
+            (`tensortune.measure.MeasurerLike`); the objective closes it. `settings` and
+            `device` then configure nothing here. Default None: a `Measurer` of `template`,
+            `target`, `settings` and `device`.
     """
 
     def __init__(
@@ -77,11 +81,16 @@ class Objective:
         vendor_gflops: float | None = None,
         template: Template | None = None,
         device: RpcDevice | None = None,
+        measurer: MeasurerLike | None = None,
     ) -> None:
         self.workload = workload
         self.target = target_spec(target)
         self.template = template if template is not None else template_for(workload, self.target)
-        self.measurer = Measurer(self.template, self.target, settings, device)
+        self.measurer: MeasurerLike = (
+            measurer
+            if measurer is not None
+            else Measurer(self.template, self.target, settings, device)
+        )
         self.vendor_gflops = vendor_gflops
 
     def __enter__(self) -> Objective:
@@ -246,6 +255,7 @@ def tune(
     artifact_dir: str | None = None,
     device: RpcDevice | None = None,
     total_trials: int | None = None,
+    measurer: MeasurerLike | None = None,
 ) -> optuna.Study:
     """Tune `workload` on `target` for `n_trials` more trials; returns the Optuna study.
 
@@ -293,6 +303,10 @@ def tune(
             run to where it was headed. Rechecked before each batch, so that workers sharing
             the study stop together, overshooting by at most the batches others have in
             flight. Default None: run `n_trials` more.
+        measurer: What builds and times the configs (see `Objective`), e.g. the benchmarks'
+            measurement cache; its ``vendor_baseline()``, where it has one, gives a new
+            study's baseline. Default None: a `Measurer` of `template`, `target`, `settings`
+            and `device`, as the command line uses.
     """
     if isinstance(workload, str):
         workload = get_workload(workload, **(shape or {}))
@@ -328,9 +342,12 @@ def tune(
     check_sources(sources, target_key(spec), name)  # before anything is written
     db = open_storage(storage, heartbeat=True)  # workers that die leave no trial RUNNING
     study = find_study(db, name, workload, spec)
-    with Objective(workload, spec, settings, template=template, device=device) as objective:
+    with Objective(
+        workload, spec, settings, template=template, device=device, measurer=measurer
+    ) as objective:
         if study is None:
-            vendor = objective.measurer.vendor_baseline()
+            baseline = getattr(objective.measurer, "vendor_baseline", None)
+            vendor = baseline() if baseline is not None else None
             study = create_study(db, name, workload, spec, vendor, sampler)
         else:
             study.sampler = sampler

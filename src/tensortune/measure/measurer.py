@@ -20,7 +20,7 @@ import uuid
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tensortune import scratch
 from tensortune.measure import remote, worker_tasks
@@ -68,6 +68,25 @@ class MeasureResult:
     def cost(self) -> float:
         """Median cost in seconds (``nan`` for a failed candidate)."""
         return statistics.median(self.costs) if self.costs else float("nan")
+
+
+class MeasurerLike(Protocol):
+    """What `tensortune.Objective` and `tensortune.tune` need to measure candidates: `Measurer`
+    itself, or a stand-in that wraps one (e.g. the benchmarks' measurement cache,
+    ``studies/measurement_cache.py``).
+
+    `tensortune.tune` also calls ``vendor_baseline()`` (as `Measurer.vendor_baseline`) when
+    the object has one and the study is new; without it the study has no vendor baseline.
+    """
+
+    def measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
+        """One `MeasureResult` per config, in order (see `Measurer.measure`); safe to call from
+        several threads at once. A result may carry no ``library``."""
+        ...
+
+    def close(self) -> None:
+        """Release the workers and files; never raises."""
+        ...
 
 
 def _worker_env() -> None:
