@@ -9,7 +9,12 @@ interleaved, so that no tuner keeps a lucky measurement (``remeasured`` column).
 
 Studies are kept in an Optuna SQLite file (``--work``, default ``studies/work/``): running the
 script again skips finished studies, so a budget can be spread over several runs, and
-``optuna-dashboard sqlite:///studies/work/sample_efficiency.db`` shows them all. Writes, under
+``optuna-dashboard sqlite:///studies/work/sample_efficiency.db`` shows them all. Our tuners
+share a measurement cache (``measurement_cache.py``; ``--cache``, default ``measurements.db``
+in the ``--work`` folder; ``--no-cache`` to measure everything afresh): a config any of them
+measured before is not measured again, so the same config has the same value for every tuner.
+MetaSchedule keeps its own runner, and the final re-timing is always fresh. With the cache,
+wall seconds (and the curves against seconds) count reused configs as free. Writes, under
 ``--out`` (default ``studies/results/``), from every finished study in the file that matches
 the requested trials:
 
@@ -47,12 +52,14 @@ from common import (
     study_name,
     workload_of,
 )
+from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer
 from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.measure import Measurer, MeasureSettings
 from tensortune.storage import best_summary
 from tensortune.target import target_spec
+from tensortune.templates import template_for
 
 #: The workload of --quick (a label of `common.QUICK_WORKLOADS`).
 QUICK_LABEL = "matmul-128"
@@ -119,19 +126,39 @@ def make_tuner(tuner: str, seed: int) -> optuna.samplers.BaseSampler:
     return tensortune.make_sampler(tuner, seed)
 
 
-def run_ours(label: str, tuner: str, seed: int, trials: int, storage: str) -> optuna.Study:
+def run_ours(
+    label: str, tuner: str, seed: int, trials: int, storage: str, cache: str | None = None
+) -> optuna.Study:
+    """Tune with one of our tuners. With `cache` (a `measurement_cache` SQLite file; default
+    None: none) configs measured before, by any tuner, are not measured again; the study's
+    ``bench:cache_hits`` / ``bench:cache_misses`` say how many were reused / measured."""
+    workload = workload_of(label)
+    target = target_spec("llvm")
+    measurer = None
+    if cache is not None:
+        inner = Measurer(template_for(workload, target), target, SETTINGS)
+        measurer = CachedMeasurer(inner, cache)
     timed = TimedSampler(make_tuner(tuner, seed))
     start = time.perf_counter()
-    study = tensortune.tune(
-        workload_of(label),
-        n_trials=trials,
-        storage=storage,
-        study_name=study_name(label, tuner, seed, trials),
-        sampler=timed,
-        settings=SETTINGS,
-        show_progress=False,
-    )
+    try:
+        study = tensortune.tune(
+            workload,
+            target,
+            n_trials=trials,
+            storage=storage,
+            study_name=study_name(label, tuner, seed, trials),
+            sampler=timed,
+            settings=SETTINGS,
+            show_progress=False,
+            measurer=measurer,
+        )
+    finally:
+        if measurer is not None:  # tune closes it too, except when it refused to start
+            measurer.close()
     study.set_user_attr("bench:sampler_s", timed.seconds)
+    if measurer is not None:
+        study.set_user_attr(HITS_ATTR, measurer.hits)
+        study.set_user_attr(MISSES_ATTR, measurer.misses)
     study.set_user_attr(DONE, time.perf_counter() - start)
     return study
 
@@ -236,6 +263,15 @@ def main() -> None:
     parser.add_argument(
         "--work", default=None, help=f"study storage folder (default {os.path.join(HERE, 'work')})"
     )
+    cache = parser.add_mutually_exclusive_group()
+    cache.add_argument(
+        "--cache", default=None, metavar="PATH",
+        help="measurement cache of our tuners, shared by all of them (measurement_cache.py; "
+        "default: measurements.db in the --work folder)",
+    )  # fmt: skip
+    cache.add_argument(
+        "--no-cache", action="store_true", help="measure every config of every study afresh"
+    )
     args = parser.parse_args()
     if args.quick:
         labels, trials, seeds = [QUICK_LABEL], 32, [0]
@@ -249,6 +285,7 @@ def main() -> None:
         parser.error(f"--trials must be at least {CHECKPOINTS[0]}")
     os.makedirs(work, exist_ok=True)
     storage = f"sqlite:///{os.path.join(work, 'sample_efficiency.db')}"
+    cache_path = None if args.no_cache else args.cache or os.path.join(work, "measurements.db")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for label in labels:
         for seed in seeds:
@@ -260,10 +297,14 @@ def main() -> None:
                     if tuner == "metaschedule":
                         study = run_metaschedule(label, seed, trials, storage)
                     else:
-                        study = run_ours(label, tuner, seed, trials, storage)
+                        study = run_ours(label, tuner, seed, trials, storage, cache_path)
+                    reused = ""
+                    if HITS_ATTR in study.user_attrs:
+                        hits, misses = study.user_attrs[HITS_ATTR], study.user_attrs[MISSES_ATTR]
+                        reused = f" ({hits} configs from the cache, {misses} measured)"
                     print(
                         f"{label} {tuner} seed {seed}: best {study.best_value:.1f} GFLOP/s, "
-                        f"{time.perf_counter() - start:.0f} s",
+                        f"{time.perf_counter() - start:.0f} s{reused}",
                         flush=True,
                     )
                 studies[tuner] = study
