@@ -67,6 +67,35 @@ CREATE TABLE IF NOT EXISTS measurements (
 _WHERE = " AND ".join(f"{column} = ?" for column in _KEY)
 
 
+def check_cache(path: str | os.PathLike[str]) -> None:
+    """Create the cache file at `path` (and its folder) if missing, and make sure it is one;
+    raises ValueError with the reason otherwise (a folder, an unwritable place, a file that
+    is not SQLite or holds another table of that name)."""
+    try:
+        with contextlib.closing(_open(os.fspath(path))) as db:
+            db.execute(
+                f"SELECT costs, error, stage, compile_seconds FROM measurements WHERE {_WHERE}",
+                ("",) * len(_KEY),
+            ).fetchall()
+    except (OSError, sqlite3.Error) as err:
+        raise ValueError(f"cannot use {os.fspath(path)!r} as a measurement cache: {err}") from err
+
+
+def _open(path: str) -> sqlite3.Connection:
+    """A connection to the cache at `path`, its folder and table created if missing."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    # One connection shared by threads (CachedMeasurer uses it under its lock only).
+    db = sqlite3.connect(path, timeout=60.0, check_same_thread=False)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")  # other benchmark processes may read meanwhile
+        db.execute(_SCHEMA)
+        db.commit()
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 def template_key(template: Any) -> str:
     """The template's class name and a digest of the sources that decide what a config
     builds: `tensortune.templates`, the operators of `tensortune.workloads`, and the module
@@ -213,14 +242,7 @@ class CachedMeasurer:
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
-            folder = os.path.dirname(os.path.abspath(self.path))
-            os.makedirs(folder, exist_ok=True)
-            # One connection shared by threads, always under self._lock.
-            db = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")  # other benchmark processes may read meanwhile
-            db.execute(_SCHEMA)
-            db.commit()
-            self._db = db
+            self._db = _open(self.path)
         return self._db
 
     def _read(self, db: sqlite3.Connection, key: str) -> MeasureResult | None:

@@ -52,7 +52,7 @@ from common import (
     study_name,
     workload_of,
 )
-from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer
+from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer, check_cache
 from results_io import best_so_far, write_csv
 
 import tensortune
@@ -283,9 +283,14 @@ def main() -> None:
         work = args.work or os.path.join(HERE, "work")
     if trials < CHECKPOINTS[0]:
         parser.error(f"--trials must be at least {CHECKPOINTS[0]}")
+    cache_path = None if args.no_cache else args.cache or os.path.join(work, "measurements.db")
+    if cache_path is not None:
+        try:
+            check_cache(cache_path)
+        except ValueError as err:
+            parser.error(str(err))
     os.makedirs(work, exist_ok=True)
     storage = f"sqlite:///{os.path.join(work, 'sample_efficiency.db')}"
-    cache_path = None if args.no_cache else args.cache or os.path.join(work, "measurements.db")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for label in labels:
         for seed in seeds:
