@@ -96,6 +96,7 @@ def test_tune_resume_best_export(tmp_path, capsys):
         tensortune.load_kernel(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_costmodel_sampler_options_from_the_cli(tmp_path):
     storage = f"sqlite:///{tmp_path / 'cm.db'}"
     argv = tune_args(storage, 12, "--sampler", "costmodel", "--acquisition", "ucb", "--loss", "reg")
@@ -105,6 +106,7 @@ def test_costmodel_sampler_options_from_the_cli(tmp_path):
     assert len(configs) == 12 and len(set(configs)) == 12
 
 
+@pytest.mark.slow
 def test_python_api_with_each_optuna_sampler(tmp_path, fast_settings):
     storage = f"sqlite:///{tmp_path / 'api.db'}"
     workload = tensortune.get_workload("dense_bias_relu", 16, 32, 16)
@@ -250,6 +252,7 @@ def test_usage_error_is_one_line(tmp_path, capsys, argv, message):
     assert captured.out == "" and sorted(os.listdir(tmp_path)) == before
 
 
+@pytest.mark.slow
 def test_usage_error_from_the_console_script_and_help_unchanged(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "tensortune")
     done = subprocess.run(
@@ -332,6 +335,7 @@ def test_python_api_refuses_what_the_cli_refuses(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_missing_study_and_mismatched_resume(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 's.db'}"
     optuna.create_study(study_name="other", storage=storage)

@@ -154,6 +154,7 @@ def test_cuda_targets_parse_and_tune_runs_only_where_a_gpu_is(tmp_path):
         assert not (tmp_path / "gpu.db").exists()  # refused before anything was written
 
 
+@pytest.mark.slow
 def test_measurer_builds_cuda_candidates_in_its_workers():
     from tensortune.measure import Measurer, MeasureSettings
     from tensortune.target import gpu_present
@@ -182,6 +183,7 @@ def _valid(template: CudaTemplate, config: dict) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_learned_sampler_proposes_cuda_configs_from_gpu_schedules(tmp_path):
     import numpy as np
 

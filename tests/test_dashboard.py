@@ -35,6 +35,7 @@ def served(tmp_path_factory):
         yield base, storage_url, port
 
 
+@pytest.mark.slow
 def test_api_has_note_plot_and_trial_attrs(served):
     base, _, _ = served
     with urllib.request.urlopen(f"{base}/api/studies/1", timeout=10) as response:
@@ -55,6 +56,7 @@ def test_api_has_note_plot_and_trial_attrs(served):
     assert {"gflops", "vendor_ratio", "compile_s"} <= keys
 
 
+@pytest.mark.slow
 def test_best_kernel_code_is_an_artifact_of_the_best_trial(served):
     base, _, _ = served
     with urllib.request.urlopen(f"{base}/api/studies/1", timeout=10) as response:

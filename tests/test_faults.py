@@ -7,6 +7,7 @@ import sys
 
 import cloudpickle
 import optuna
+import pytest
 from tvm import s_tir, te, tirx
 
 import tensortune
@@ -67,6 +68,7 @@ class FaultyTemplate:
         return s_tir.Schedule(_broken_program(fault))
 
 
+@pytest.mark.slow
 def test_each_bad_kernel_fails_only_its_trial(storage_url):
     workload = tensortune.get_workload("matmul", N, N, N)
     settings = tensortune.MeasureSettings(repeat=2, min_repeat_ms=2, run_timeout=4.0)
@@ -127,6 +129,7 @@ def test_invalid_combination_fails_before_build(storage_url, fast_settings):
     assert fine.state == optuna.trial.TrialState.COMPLETE, fine.user_attrs
 
 
+@pytest.mark.slow
 def test_enqueued_value_outside_the_space_fails_only_its_trial(storage_url, fast_settings):
     def tune(n_trials):
         return tensortune.tune(

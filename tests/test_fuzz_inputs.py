@@ -199,6 +199,7 @@ def existing_storage(tmp_path_factory) -> str:
     return url
 
 
+@pytest.mark.slow
 @FUZZ
 @given(name=st.text(max_size=40))
 def test_fuzzed_study_names(tmp_path, capsys, existing_storage, name):

@@ -51,6 +51,7 @@ def _measured(trial: optuna.trial.FrozenTrial) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_publishing_the_best_kernel_tells_the_measured_batch(
     batch_setup, tmp_path, monkeypatch
 ):
@@ -68,6 +69,7 @@ def test_ctrl_c_while_publishing_the_best_kernel_tells_the_measured_batch(
     assert any(t.state == TrialState.COMPLETE for t in trials)  # so publish_kernel was called
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_tell_waits_until_the_batch_is_told(batch_setup, monkeypatch):
     study, objective = batch_setup
     tell = optuna.Study.tell
@@ -86,6 +88,7 @@ def test_ctrl_c_during_the_tell_waits_until_the_batch_is_told(batch_setup, monke
     assert all(_measured(t) for t in study.trials), _states(study)
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_recording_tells_the_recorded_and_frees_the_rest(batch_setup, monkeypatch):
     study, objective = batch_setup
     record = Objective._record
@@ -108,6 +111,7 @@ def test_ctrl_c_while_recording_tells_the_recorded_and_frees_the_rest(batch_setu
     )
 
 
+@pytest.mark.slow
 def test_a_worker_killed_before_its_first_heartbeat_leaves_no_trial_running(
     storage_url, monkeypatch
 ):
@@ -142,6 +146,7 @@ def test_a_worker_killed_before_its_first_heartbeat_leaves_no_trial_running(
     assert is_abandoned(study.trials[0], {0})
 
 
+@pytest.mark.slow
 def test_two_workers_starting_one_new_study_together_both_join_it(tmp_path):
     url = f"sqlite:///{tmp_path / 'new.db'}"  # no file yet: they also race to create the tables
     command = [sys.executable, "-m", "tensortune.cli", "tune", "matmul", "--shape", "16,16,16"]
@@ -204,6 +209,7 @@ def _killed_owner_of(prefix: str, suffix: str, parent: str) -> str:
     return path
 
 
+@pytest.mark.slow
 def test_a_killed_runs_kernel_folder_is_deleted_by_the_next_run(
     tmp_path, monkeypatch, fast_settings
 ):
@@ -224,6 +230,7 @@ def test_a_killed_runs_kernel_folder_is_deleted_by_the_next_run(
     live.remove()
 
 
+@pytest.mark.slow
 def test_a_killed_exports_staging_folder_is_deleted_by_the_next_export(
     tmp_path, storage_url, fast_settings
 ):

@@ -8,6 +8,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 import tensortune
 from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall
@@ -66,6 +67,7 @@ def test_regression_loss_ranks_too():
     assert tau > TAU_FLOOR / 2
 
 
+@pytest.mark.slow
 def test_curve_features_carry_over_to_another_shape():
     """Trained on one conv2d shape, the model still orders another shape's configs."""
     X_a, y_a = load("conv2d_a.json")

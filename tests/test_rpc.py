@@ -177,6 +177,7 @@ def test_devices_killed_mid_study_fail_only_their_trials(tracker, services, stor
     assert elapsed < 90, f"the study took {elapsed:.0f} s"
 
 
+@pytest.mark.slow
 def test_no_device_fails_trials_with_a_reason_in_bounded_time(tracker, storage_url):
     device = tensortune.RpcDevice(tracker, "no-such-device", wait_for_device=2)
     start = time.monotonic()

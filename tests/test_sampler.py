@@ -57,6 +57,7 @@ def test_study_measures_no_config_twice_and_uses_the_model(storage_url, fast_set
     assert learned[len(learned) // 2] > startup[len(startup) // 2]
 
 
+@pytest.mark.slow
 def test_threads_share_one_sampler_without_duplicates(storage_url, fast_settings):
     """study.optimize(n_jobs=2): running trials are pending, so no config is measured twice."""
     workload = tensortune.get_workload("matmul", 32, 32, 64)
@@ -87,6 +88,7 @@ def test_other_processes_running_trials_are_not_proposed(storage_url):
     assert all(t.state == TrialState.RUNNING for t in study.trials)
 
 
+@pytest.mark.slow
 def test_enqueued_and_out_of_space_trials_are_respected(storage_url, fast_settings):
     workload = tensortune.get_workload("matmul", 16, 16, 16)
     template = CpuTemplate(workload)

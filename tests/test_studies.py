@@ -235,6 +235,7 @@ def test_gpu_study_stops_at_once_without_a_gpu(tmp_path):
     assert not (tmp_path / "gpu.db").exists() and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_common_retime_and_first_trial():
     """The studies' one re-timing (real builds, round-robin) and their one trials-to-a-level."""
     sys.path.insert(0, STUDIES)

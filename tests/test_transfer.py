@@ -52,7 +52,7 @@ def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_setti
     template = CpuTemplate(workload)
     batches: dict[str, list[dict]] = {"cold": [], "warm": []}
     warm_kinds: set[str] = set()
-    for seed in range(3):
+    for seed in range(2):
         for mode, sources in (("cold", []), ("warm", [_prior(source_url)])):
             study = tensortune.tune(
                 workload,
@@ -74,7 +74,8 @@ def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_setti
     with Measurer(template, target_spec("llvm"), MeasureSettings(repeat=3, min_repeat_ms=10)) as m:
         results = m.measure(batches["cold"] + batches["warm"])
     gflops = [workload.flop_count / r.cost / 1e9 if r.error is None else 0.0 for r in results]
-    cold, warm = np.median(gflops[:24]), np.median(gflops[24:])
+    n_cold = len(batches["cold"])
+    cold, warm = np.median(gflops[:n_cold]), np.median(gflops[n_cold:])
     # Measured here: warm 96-166 GFLOP/s against cold 27-43 per seed. A transfer that
     # learnt nothing proposes configs no better than random ones (ratio near 1).
     print(f"\nheld-out medians: warm {warm:.1f}, cold {cold:.1f} GFLOP/s")
@@ -172,6 +173,7 @@ def test_bad_sources_are_refused_before_anything_is_written(tmp_path, storage_ur
         CostModelSampler(source_half_life=0)
 
 
+@pytest.mark.slow
 def test_a_study_cannot_learn_from_itself(storage_url, fast_settings):
     study = tensortune.tune(
         "matmul",

@@ -86,6 +86,7 @@ def _splits(X, y, seed):
     return order[: len(y) // 2], order[len(y) // 2 :]
 
 
+@pytest.mark.slow
 def test_treegru_ranks_held_out_measured_configs():
     """On 320 measured configs of matmul 256³ (half to train, half held out, three splits), the
     median Kendall tau was 0.33 (0.30-0.40) and top-10 % recall 0.44; trained on the same

@@ -90,6 +90,7 @@ def test_bad_shapes_are_refused(name, text, message):
         parse_shape(name, text)
 
 
+@pytest.mark.slow
 def test_register_a_workload_and_tune_it(storage_url, fast_settings):
     @tensortune.register_workload(
         "scale_add", reference=lambda x, y: 2 * x + y, flops=lambda n: 2 * n, overwrite=True
