@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
 
 import numpy as np
@@ -23,7 +24,7 @@ class BootstrapEnsemble:
 
     A subclass stores ``loss``, ``n_models``, ``max_train`` and ``seed`` and defines
     `_start_fit` (checks, before the clock starts), `_fit_member` and `_member_scores`; it may
-    override `_seed_entropy`, `_start_members` and `_end_fit`. Fitted attributes: ``members_``,
+    override `_seed_entropy`, `_start_members`, `_member_workers` and `_end_fit`. Fitted attributes: ``members_``,
     ``scales_`` (offset and scale of each member's scores), ``constant_``, ``n_train_`` and
     ``fit_seconds_``.
     """
@@ -84,10 +85,17 @@ class BootstrapEnsemble:
         self.scales_ = []
         self.constant_ = data.constant
         if data.learnable:
+            # Each member's resample comes from its own generator, so drawing them all first
+            # and training them in any order (or at once) gives the same members.
+            jobs = []
             for index, member_seed in enumerate(seeds[1:]):
                 member_rng = np.random.default_rng(member_seed)
                 rows = grouped_rows(data.groups, resample=self.n_models > 1, rng=member_rng)
-                member, scale = self._fit_member(
+                jobs.append((index, rows, member_seed, member_rng))
+
+            def fit_one(job: tuple[int, np.ndarray, Any, np.random.Generator]) -> Any:
+                index, rows, member_seed, member_rng = job
+                return self._fit_member(
                     index,
                     data.X[rows],
                     data.y[rows],
@@ -96,6 +104,14 @@ class BootstrapEnsemble:
                     member_seed,
                     member_rng,
                 )
+
+            workers = min(self._member_workers(), len(jobs))
+            if workers > 1:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    fitted = list(pool.map(fit_one, jobs))
+            else:
+                fitted = [fit_one(job) for job in jobs]
+            for member, scale in fitted:
                 self.members_.append(member)
                 self.scales_.append(scale)
         self._end_fit()
@@ -153,6 +169,11 @@ class BootstrapEnsemble:
 
     def _start_members(self, data: TrainingSet) -> None:
         """Called once the rows are known, before the members are reset. Default: nothing."""
+
+    def _member_workers(self) -> int:
+        """Members trained at once, each in a thread of this process (`_fit_member` must then
+        be thread-safe). Default 1: one after another."""
+        return 1
 
     def _fit_member(
         self,
