@@ -14,9 +14,10 @@ cores, a team as wide as the machine waits for its descheduled member in every r
 2-core VM, matmul 128 on two OpenBLAS threads read 0.2 GFLOP/s against 50 on one, and
 ResNet-18 C7 on two torch threads 2.4 against 40, while TVM's pool (which yields while it
 waits) lost about 20 %. So the vendor is timed with the study's threads and with one thread,
-and in each of its layouts, and the fastest is kept: what a user would pick on that machine
-at that moment. Each is warmed up first (oneDNN creates its primitives and MKL its buffers on
-the first calls), and the kept one gets at least `MIN_REPEAT` costs of `MIN_REPEAT_MS` each.
+and in each of its layouts, round-robin, and the variant with the lowest median is kept: what
+a user would pick on that machine at that moment. Each is warmed up first (oneDNN creates its
+primitives and MKL its buffers on the first calls), and each gets at least `MIN_REPEAT` costs
+of at least `MIN_REPEAT_MS` each.
 """
 
 from __future__ import annotations
@@ -37,9 +38,8 @@ from tensortune.workloads import Workload
 MIN_REPEAT = 10
 #: Least milliseconds one cost of a vendor reading spans.
 MIN_REPEAT_MS = 50
-# Warm-up of each variant: at least 3 calls and this long; then a short screen picks the fastest.
+# Warm-up of each variant: at least 3 calls and this long.
 _WARM_UP_MS = 50
-_SCREEN_REPEAT, _SCREEN_MS = 3, 20
 
 Kernel = Callable[[], object]
 
@@ -72,30 +72,28 @@ def vendor_time(
         workload: The operator at its shape.
         repeat: Costs to record; at least `MIN_REPEAT` are.
         min_repeat_ms: Least milliseconds one cost spans; at least `MIN_REPEAT_MS`.
-        threads: CPU threads the study's kernels use; the vendor runs on these or on one,
-            whichever is faster now, and the library's thread settings are restored after.
+        threads: CPU threads the study's kernels use; the vendor runs on these and on one,
+            the faster is kept, and the library's thread settings are restored after.
         device_kind: Target kind whose device runs it. Default ``"llvm"``: the CPU.
     """
     device = DEVICE_OF_KIND.get(device_kind, device_kind)
     found = vendor_kernel(workload, device)
     if found is None:
         return None
-    name, variants = found
+    name, kernels = found
     counts = sorted({threads, 1}, reverse=True) if device == "cpu" else [threads]
-    best: tuple[float, int, Kernel] | None = None
-    for count in counts:
+    variants = [(count, kernel) for count in counts for kernel in kernels]
+    for count, kernel in variants:
         with _thread_limit(count, device):
-            for kernel in variants:
-                _warm_up(kernel)
-                cost = statistics.median(_costs(kernel, _SCREEN_REPEAT, _SCREEN_MS))
-                if best is None or cost < best[0]:
-                    best = (cost, count, kernel)
-    assert best is not None
-    _, count, kernel = best
-    with _thread_limit(count, device):
-        _warm_up(kernel)
-        costs = _costs(kernel, max(repeat, MIN_REPEAT), max(min_repeat_ms, MIN_REPEAT_MS))
-    return name, costs
+            _warm_up(kernel)
+    # Round-robin, so that a load that comes or goes mid-reading hits every variant alike.
+    costs: list[list[float]] = [[] for _ in variants]
+    for _ in range(max(repeat, MIN_REPEAT)):
+        for (count, kernel), mine in zip(variants, costs, strict=True):
+            with _thread_limit(count, device):
+                kernel()  # the thread team at its new width before the clock starts
+                mine += _costs(kernel, 1, max(min_repeat_ms, MIN_REPEAT_MS))
+    return name, min(costs, key=statistics.median)
 
 
 def _costs(kernel: Kernel, repeat: int, min_repeat_ms: float) -> list[float]:
