@@ -107,10 +107,10 @@ def retime(
     over `rounds` rounds of `settings` so that drift hits all alike; a kernel that never ran is
     left out.
 
-    With `vendor_library` (the name the tuning's `Measurer.vendor_baseline` gave), the vendor of
-    the kernels' workload is timed in the same rounds, first in each, and its median reading
-    is returned under the key `VENDOR`; left out if no reading came from that same library
-    (e.g. PyTorch was installed or removed since the tuning). Default None: no vendor.
+    With `vendor_library` (the name the tuning's `Measurer.vendor_baseline` gave), that same
+    library is timed on the kernels' workload in the same rounds, first in each, and its
+    median reading is returned under the key `VENDOR`; left out if the library is no longer
+    installed. Default None: no vendor.
     """
     costs: dict[str, list[float]] = {name: [] for name in kernels}
     measurers = {name: Measurer(tpl, target, settings) for name, (tpl, _) in kernels.items()}
@@ -120,7 +120,7 @@ def retime(
     readings: list[float] = []
     try:
         for _ in range(rounds):
-            found = vendor.vendor_baseline() if vendor is not None else None
+            found = vendor.vendor_baseline(vendor_library) if vendor is not None else None
             if found is not None and found[0] == vendor_library:
                 readings.append(found[1])
             for name, measurer in measurers.items():

@@ -14,7 +14,7 @@ import pytest
 
 import tensortune
 from tensortune.measure import Measurer
-from tensortune.measure.baseline import MIN_REPEAT, vendor_time
+from tensortune.measure.baseline import MIN_REPEAT, vendor_kernels, vendor_time
 from tensortune.target import target_spec
 
 torch = pytest.importorskip("torch")
@@ -41,9 +41,10 @@ def gflops(workload: tensortune.Workload, costs: list[float]) -> float:
 @pytest.mark.parametrize(("op", "shape", "library"), OPERATORS, ids=[o[0] for o in OPERATORS])
 def test_every_cpu_operator_has_a_torch_vendor(op, shape, library):
     workload = tensortune.get_workload(op, **shape)
+    assert library in {name for name, _ in vendor_kernels(workload)}
     threads = torch.get_num_threads()
     # Asked for fewer costs and shorter ones than a robust reading takes: it gets those anyway.
-    found = vendor_time(workload, repeat=2, min_repeat_ms=1, threads=1)
+    found = vendor_time(workload, repeat=2, min_repeat_ms=1, threads=2, library=library)
     assert found is not None
     name, costs = found
     assert name == library
@@ -53,12 +54,21 @@ def test_every_cpu_operator_has_a_torch_vendor(op, shape, library):
     assert torch.get_num_threads() == threads  # restored
 
 
+def test_the_faster_library_is_the_vendor_of_the_matmul_family():
+    workload = tensortune.get_workload("matmul", M=64, N=64, K=64)
+    libraries = [name for name, _ in vendor_kernels(workload)]
+    assert libraries[0] == BLAS and libraries[1].startswith("numpy-")
+    found = vendor_time(workload, 1, 1, 2)
+    assert found is not None and found[0] in libraries
+    assert vendor_time(workload, 1, 1, 2, library="numpy-0.0/none") is None  # not installed
+
+
 def test_readings_of_one_vendor_agree():
     # Not a speed assertion: three readings of one kernel must be of one magnitude.
     workload = tensortune.get_workload("matmul", M=256, N=256, K=256)
     readings = []
     for _ in range(3):
-        found = vendor_time(workload, 3, 30, os.cpu_count() or 1)
+        found = vendor_time(workload, 3, 30, os.cpu_count() or 1, library=BLAS)
         assert found is not None
         readings.append(gflops(workload, found[1]))
     assert max(readings) / min(readings) < 3, readings
@@ -73,10 +83,10 @@ def test_numpy_is_the_fallback_without_torch():
         import tensortune
         from tensortune.measure.baseline import vendor_time
         mm = tensortune.get_workload("matmul", M=64, N=64, K=64)
-        name, costs = vendor_time(mm, 1, 1, 1)
+        name, costs = vendor_time(mm, 1, 1, 2)
         conv = tensortune.get_workload(
             "conv2d", N=1, C=4, H=8, W=8, OC=4, KH=3, KW=3, stride=1, pad=1)
-        print(name, min(costs) > 0, vendor_time(conv, 1, 1, 1), np.__version__)
+        print(name, min(costs) > 0, vendor_time(conv, 1, 1, 2), np.__version__)
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -1,12 +1,15 @@
 """Vendor baselines: the library kernel a user would otherwise call for the same operator and
 shape, and its timing.
 
-On the CPU, with ``tensortune[baselines]`` (PyTorch) installed, every operator's vendor is
-PyTorch's library path: ``torch.matmul`` / ``torch.bmm`` / ``F.linear`` + ReLU on MKL, conv2d
-and depthwise conv2d (groups) on oneDNN, in the faster of NCHW and channels_last. Without
-PyTorch, NumPy's BLAS (OpenBLAS in the PyPI wheels) stands in for the matmul family, and the
-convolutions have no vendor. On a CUDA target, PyTorch's cuBLAS and cuDNN in fp32 (TF32 off).
-The library name says which ran, with its version, e.g. ``"torch-2.13.0/onednn"``.
+On the CPU, with ``tensortune[baselines]`` (PyTorch) installed, every operator has PyTorch's
+library path: ``torch.matmul`` / ``torch.bmm`` / ``F.linear`` + ReLU on MKL, conv2d and
+depthwise conv2d (groups) on oneDNN, in the faster of NCHW and channels_last. The matmul family
+also has NumPy's BLAS (OpenBLAS in the PyPI wheels), and the faster library is the vendor: on
+AMD CPUs MKL takes slower code paths, and OpenBLAS ran matmul 1024 and BERT FFN 1.5-2.3x
+faster than PyTorch's MKL on one thread of the project's EPYC VM. Without PyTorch, NumPy alone,
+and the convolutions have no vendor. On a CUDA target, PyTorch's cuBLAS and cuDNN in fp32
+(TF32 off). The library name says which ran, with its version, e.g. ``"torch-2.13.0/onednn"``
+or ``"numpy-2.4.6/scipy-openblas"``.
 
 Why a reading is robust (`vendor_time`): the libraries' thread teams busy-wait between parallel
 regions (libgomp under PyTorch, OpenBLAS under NumPy). When another process holds one of the
@@ -42,11 +45,13 @@ MIN_REPEAT_MS = 50
 _WARM_UP_MS = 50
 
 Kernel = Callable[[], object]
+#: A library's name and a zero-argument callable that runs `workload` with it.
+Variant = tuple[str, Kernel]
 
 
-def vendor_kernel(workload: Workload, device: str = "cpu") -> tuple[str, list[Kernel]] | None:
-    """The vendor library's name and its zero-argument callables (one per layout it may run
-    in) for `workload`, or None when no installed library covers the operator.
+def vendor_kernels(workload: Workload, device: str = "cpu") -> list[Variant]:
+    """Every installed library's callables for `workload` (one per layout it may run in),
+    with the library's name; empty when none covers the operator.
 
     Args:
         workload: The operator at its shape.
@@ -56,17 +61,22 @@ def vendor_kernel(workload: Workload, device: str = "cpu") -> tuple[str, list[Ke
     inputs = workload.random_inputs(seed=0)
     has_torch = _import_torch() is not None
     if device == "cuda":
-        return _torch_cuda(workload, inputs) if has_torch else None
-    if has_torch:
-        return _torch_cpu(workload, inputs)
-    return _numpy(workload, inputs)
+        return _torch_cuda(workload, inputs) if has_torch else []
+    variants = _numpy(workload, inputs)
+    return (_torch_cpu(workload, inputs) if has_torch else []) + variants
 
 
 def vendor_time(
-    workload: Workload, repeat: int, min_repeat_ms: int, threads: int, device_kind: str = "llvm"
+    workload: Workload,
+    repeat: int,
+    min_repeat_ms: int,
+    threads: int,
+    device_kind: str = "llvm",
+    library: str | None = None,
 ) -> tuple[str, list[float]] | None:
-    """Time the vendor library on `workload`: (library name, costs in seconds), or None if it
-    has none. Runs in the timing worker (`tensortune.measure.Measurer.vendor_baseline`).
+    """Time the vendor libraries on `workload` and keep the fastest: (library name, costs in
+    seconds), or None if none covers it. Runs in the timing worker
+    (`tensortune.measure.Measurer.vendor_baseline`).
 
     Args:
         workload: The operator at its shape.
@@ -75,25 +85,27 @@ def vendor_time(
         threads: CPU threads the study's kernels use; the vendor runs on these and on one,
             the faster is kept, and the library's thread settings are restored after.
         device_kind: Target kind whose device runs it. Default ``"llvm"``: the CPU.
+        library: Time only this library (a name an earlier reading returned), e.g. to re-time
+            the vendor a study was tuned against. Default None: every installed one.
     """
     device = DEVICE_OF_KIND.get(device_kind, device_kind)
-    found = vendor_kernel(workload, device)
-    if found is None:
+    found = [v for v in vendor_kernels(workload, device) if library in (None, v[0])]
+    if not found:
         return None
-    name, kernels = found
     counts = sorted({threads, 1}, reverse=True) if device == "cpu" else [threads]
-    variants = [(count, kernel) for count in counts for kernel in kernels]
-    for count, kernel in variants:
+    variants = [(count, name, kernel) for count in counts for name, kernel in found]
+    for count, _, kernel in variants:
         with _thread_limit(count, device):
             _warm_up(kernel)
     # Round-robin, so that a load that comes or goes mid-reading hits every variant alike.
     costs: list[list[float]] = [[] for _ in variants]
     for _ in range(max(repeat, MIN_REPEAT)):
-        for (count, kernel), mine in zip(variants, costs, strict=True):
+        for (count, _, kernel), mine in zip(variants, costs, strict=True):
             with _thread_limit(count, device):
                 kernel()  # the thread team at its new width before the clock starts
                 mine += _costs(kernel, 1, max(min_repeat_ms, MIN_REPEAT_MS))
-    return name, min(costs, key=statistics.median)
+    best = min(range(len(variants)), key=lambda i: statistics.median(costs[i]))
+    return variants[best][1], costs[best]
 
 
 def _costs(kernel: Kernel, repeat: int, min_repeat_ms: float) -> list[float]:
@@ -163,7 +175,7 @@ def _torch_library(torch: Any, kind: str) -> str:
     return f"torch-{version}/{kind}"
 
 
-def _torch_cpu(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list[Kernel]] | None:
+def _torch_cpu(workload: Workload, inputs: list[np.ndarray]) -> list[Variant]:
     import torch
     import torch.nn.functional as F
 
@@ -174,12 +186,11 @@ def _torch_cpu(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list[
         out = torch.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype)
         # torch.bmm for the batched case: one library call over the batch.
         op = torch.matmul if name == "matmul" else torch.bmm
-        return _torch_library(torch, "blas"), [_no_grad(torch, lambda: op(a, b, out=out))]
+        return [(_torch_library(torch, "blas"), _no_grad(torch, lambda: op(a, b, out=out)))]
     if name == "dense_bias_relu":
         x, w, bias = args  # w is (N, K), as F.linear wants it
-        return _torch_library(torch, "blas"), [
-            _no_grad(torch, lambda: torch.relu_(F.linear(x, w, bias)))
-        ]
+        dense = _no_grad(torch, lambda: torch.relu_(F.linear(x, w, bias)))
+        return [(_torch_library(torch, "blas"), dense)]
     if name in ("conv2d", "depthwise_conv2d"):
         data, weight = args
         stride, pad = workload.shape["stride"], workload.shape["pad"]
@@ -187,7 +198,7 @@ def _torch_cpu(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list[
         if name == "depthwise_conv2d":
             groups = weight.shape[0]
             weight = weight.unsqueeze(1)
-        kernels = []
+        library, kernels = _torch_library(torch, "conv"), []
         for layout in (torch.contiguous_format, torch.channels_last):
             # Inputs already in the layout: a user running channels_last keeps it throughout.
             d, w = data.contiguous(memory_format=layout), weight.contiguous(memory_format=layout)
@@ -195,9 +206,9 @@ def _torch_cpu(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list[
             def conv(d: Any = d, w: Any = w) -> object:
                 return F.conv2d(d, w, stride=stride, padding=pad, groups=groups)
 
-            kernels.append(_no_grad(torch, conv))
-        return _torch_library(torch, "conv"), kernels
-    return None
+            kernels.append((library, _no_grad(torch, conv)))
+        return kernels
+    return []
 
 
 def _no_grad(torch: Any, call: Kernel) -> Kernel:
@@ -208,12 +219,12 @@ def _no_grad(torch: Any, call: Kernel) -> Kernel:
     return run
 
 
-def _numpy(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list[Kernel]] | None:
+def _numpy(workload: Workload, inputs: list[np.ndarray]) -> list[Variant]:
     name = workload.name
     if name in ("matmul", "batch_matmul"):
         a, b = inputs
         out = np.empty((*a.shape[:-1], b.shape[-1]), dtype=a.dtype)
-        return _blas_name(), [lambda: np.matmul(a, b, out=out)]
+        return [(_blas_name(), lambda: np.matmul(a, b, out=out))]
     if name == "dense_bias_relu":
         x, w, bias = inputs
         wt = np.ascontiguousarray(w.T)
@@ -224,8 +235,8 @@ def _numpy(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list[Kern
             np.add(out, bias, out=out)
             return np.maximum(out, 0, out=out)
 
-        return _blas_name(), [dense]
-    return None
+        return [(_blas_name(), dense)]
+    return []
 
 
 def _blas_name() -> str:
@@ -237,7 +248,7 @@ def _blas_name() -> str:
         return f"numpy-{np.__version__}"
 
 
-def _torch_cuda(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list[Kernel]] | None:
+def _torch_cuda(workload: Workload, inputs: list[np.ndarray]) -> list[Variant]:
     import torch
     import torch.nn.functional as F
 
@@ -269,7 +280,7 @@ def _torch_cuda(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list
             return F.conv2d(args[0], weight, stride=stride, padding=pad, groups=groups)
 
     else:
-        return None
+        return []
 
     def synced() -> object:
         with torch.no_grad():
@@ -277,4 +288,4 @@ def _torch_cuda(workload: Workload, inputs: list[np.ndarray]) -> tuple[str, list
         torch.cuda.synchronize()  # the timing loop measures finished kernels
         return out
 
-    return library, [synced]
+    return [(library, synced)]

@@ -261,18 +261,23 @@ class Measurer:
         args = (result.library, self.workload, s, self.target["kind"])
         self._run_timing(result, remote.run, args, f"run on {device} failed: ")
 
-    def vendor_baseline(self) -> tuple[str, float] | None:
-        """(library, median seconds) of the vendor's kernel for this workload, timed in the run
-        worker like a candidate, in a process that has run no kernel, with at least
+    def vendor_baseline(self, library: str | None = None) -> tuple[str, float] | None:
+        """(library, median seconds) of the fastest vendor kernel for this workload, timed in
+        the run worker like a candidate, in a process that has run no kernel, with at least
         `tensortune.measure.baseline.MIN_REPEAT` costs (see `baseline.vendor_time`); None when
         no vendor library covers the operator, and None when timing on a remote device (the
-        vendor library would run on the host)."""
+        vendor library would run on the host).
+
+        Args:
+            library: Time only this library (a name an earlier call returned). Default None:
+                every installed one, the fastest kept.
+        """
         if self.device is not None:
             return None
         with self._lock:
-            return self._vendor_baseline()
+            return self._vendor_baseline(library)
 
-    def _vendor_baseline(self) -> tuple[str, float] | None:
+    def _vendor_baseline(self, library: str | None) -> tuple[str, float] | None:
         self._start()
         s = self.settings
         threads = int(self.target.get("num-cores", host_cores()))
@@ -281,7 +286,7 @@ class Measurer:
         try:
             self._runner.send(
                 baseline.vendor_time,
-                (self.workload, s.repeat, s.min_repeat_ms, threads, self.target["kind"]),
+                (self.workload, s.repeat, s.min_repeat_ms, threads, self.target["kind"], library),
                 timeout=_WARM_UP_TIMEOUT,
             )
             found = self._runner.recv()
