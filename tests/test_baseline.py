@@ -117,3 +117,22 @@ def test_measurer_times_torch_in_its_worker_after_kernels(fast_settings):
         assert math.isfinite(seconds) and seconds > 0
         (again,) = measurer.measure([config])  # the worker still times
         assert again.error is None
+
+
+@pytest.mark.slow
+def test_retime_times_the_tuning_vendor_in_the_same_rounds(fast_settings):
+    studies = os.path.join(os.path.dirname(__file__), "..", "studies")
+    sys.path.insert(0, studies)
+    try:
+        from common import VENDOR, retime
+    finally:
+        sys.path.remove(studies)
+    template = tensortune.CpuTemplate(tensortune.get_workload("matmul", M=64, N=64, K=64))
+    config = {knob.name: knob.choices[0] for knob in template.knobs}
+    kernels = {"ours": (template, config)}
+    seconds = retime(kernels, target_spec("llvm"), fast_settings, 2, BLAS)
+    assert set(seconds) == {"ours", VENDOR}
+    assert math.isfinite(seconds[VENDOR]) and seconds[VENDOR] > 0
+    # A library the tuning had but this machine has not: no vendor rather than another one.
+    seconds = retime(kernels, target_spec("llvm"), fast_settings, 1, "numpy-0.0/none")
+    assert set(seconds) == {"ours"}
