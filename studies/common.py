@@ -92,26 +92,47 @@ def finished(storage: str, name: str) -> optuna.Study | None:
     return None
 
 
+#: The key of the vendor's seconds in `retime`'s result.
+VENDOR = "vendor"
+
+
 def retime(
     kernels: dict[str, tuple[Any, dict]],
     target: dict[str, Any],
     settings: MeasureSettings,
     rounds: int,
+    vendor_library: str | None = None,
 ) -> dict[str, float]:
     """Median seconds of each named (template, config) kernel on `target`, timed round-robin
     over `rounds` rounds of `settings` so that drift hits all alike; a kernel that never ran is
-    left out."""
+    left out.
+
+    With `vendor_library` (the name the tuning's `Measurer.vendor_baseline` gave), that same
+    library is timed on the kernels' workload in the same rounds, first in each, and its
+    median reading is returned under the key `VENDOR`; left out if the library is no longer
+    installed. Default None: no vendor.
+    """
     costs: dict[str, list[float]] = {name: [] for name in kernels}
     measurers = {name: Measurer(tpl, target, settings) for name, (tpl, _) in kernels.items()}
+    vendor: Measurer | None = None
+    if vendor_library and kernels:
+        vendor = Measurer(next(iter(kernels.values()))[0], target, settings)
+    readings: list[float] = []
     try:
         for _ in range(rounds):
+            found = vendor.vendor_baseline(vendor_library) if vendor is not None else None
+            if found is not None and found[0] == vendor_library:
+                readings.append(found[1])
             for name, measurer in measurers.items():
                 result = measurer.measure([kernels[name][1]])[0]
                 costs[name].extend(result.costs or [])
     finally:
-        for measurer in measurers.values():
+        for measurer in [*measurers.values(), *([vendor] if vendor else [])]:
             measurer.close()
-    return {name: statistics.median(c) for name, c in costs.items() if c}
+    seconds = {name: statistics.median(c) for name, c in costs.items() if c}
+    if readings:
+        seconds[VENDOR] = statistics.median(readings)
+    return seconds
 
 
 def first_trial(values: list[float | None], level: float, *, above: bool = False) -> int | str:

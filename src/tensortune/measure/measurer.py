@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tensortune import scratch
-from tensortune.measure import remote, worker_tasks
+from tensortune.measure import baseline, remote, worker_tasks
 from tensortune.measure.pool import Worker, WorkerPool, kill_processes
 from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
@@ -131,6 +131,8 @@ class Measurer:
         self._folder: scratch.Folder | None = None
         # One batch at a time: threads of study.optimize(n_jobs=...) share the workers.
         self._lock = threading.Lock()
+        # Whether the run worker has run kernels since it started (see _vendor_baseline).
+        self._runner_used = False
 
     def __enter__(self) -> Measurer:
         return self
@@ -219,6 +221,7 @@ class Measurer:
         """Run the timing `task` in the run worker and record its outcome in `result`; a
         failure's reason follows the words `failed`."""
         timeout = self.settings.run_timeout
+        self._runner_used = True
         try:
             self._runner.send(task, args, timeout=timeout)
             outcome = self._runner.recv()
@@ -258,23 +261,32 @@ class Measurer:
         args = (result.library, self.workload, s, self.target["kind"])
         self._run_timing(result, remote.run, args, f"run on {device} failed: ")
 
-    def vendor_baseline(self) -> tuple[str, float] | None:
-        """(library, median seconds) of the vendor's kernel for this workload, timed in the run
-        worker like a candidate; None when no vendor library covers the operator, and None
-        when timing on a remote device (the vendor library would run on the host)."""
+    def vendor_baseline(self, library: str | None = None) -> tuple[str, float] | None:
+        """(library, median seconds) of the fastest vendor kernel for this workload, timed in
+        the run worker like a candidate, in a process that has run no kernel, with at least
+        `tensortune.measure.baseline.MIN_REPEAT` costs (see `baseline.vendor_time`); None when
+        no vendor library covers the operator, and None when timing on a remote device (the
+        vendor library would run on the host).
+
+        Args:
+            library: Time only this library (a name an earlier call returned). Default None:
+                every installed one, the fastest kept.
+        """
         if self.device is not None:
             return None
         with self._lock:
-            return self._vendor_baseline()
+            return self._vendor_baseline(library)
 
-    def _vendor_baseline(self) -> tuple[str, float] | None:
+    def _vendor_baseline(self, library: str | None) -> tuple[str, float] | None:
         self._start()
         s = self.settings
         threads = int(self.target.get("num-cores", host_cores()))
+        if self._runner_used:  # TVM's thread pool from earlier kernels: a fresh process instead
+            self._runner.kill()
         try:
             self._runner.send(
-                worker_tasks.vendor_time,
-                (self.workload, s.repeat, s.min_repeat_ms, threads, self.target["kind"]),
+                baseline.vendor_time,
+                (self.workload, s.repeat, s.min_repeat_ms, threads, self.target["kind"], library),
                 timeout=_WARM_UP_TIMEOUT,
             )
             found = self._runner.recv()
@@ -287,6 +299,7 @@ class Measurer:
             # The vendor's thread pool spins on after its last call; kernels timed next to it
             # in that process measured up to 100x slow. The next candidate gets a fresh one.
             self._runner.kill()
+            self._runner_used = False
         if found is None:
             return None
         name, costs = found

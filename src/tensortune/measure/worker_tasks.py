@@ -114,28 +114,3 @@ def mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
     if worst > rtol:
         return f"max relative error {worst:.2e} exceeds {rtol:.0e}"
     return None
-
-
-def vendor_time(
-    workload: Workload, repeat: int, min_repeat_ms: int, threads: int, device_kind: str = "llvm"
-) -> tuple[str, list[float]] | None:
-    """Time the vendor library on `workload` on the device of `device_kind` (default the CPU):
-    (library name, costs), or None if it has none."""
-    from tensortune.measure.baseline import vendor_kernel
-
-    found = vendor_kernel(workload, threads, DEVICE_OF_KIND.get(device_kind, device_kind))
-    if found is None:
-        return None
-    name, kernel = found
-    kernel()  # warm up (thread pools, packing buffers)
-    costs = []
-    for _ in range(repeat):
-        runs, start = 0, time.perf_counter()
-        while True:
-            kernel()
-            runs += 1
-            elapsed = time.perf_counter() - start
-            if elapsed * 1000 >= min_repeat_ms:
-                break
-        costs.append(elapsed / runs)
-    return name, costs
