@@ -114,6 +114,7 @@ def synthetic_study(seed: int, search: str = "evolve", n_trials: int = 40) -> op
     return study
 
 
+@pytest.mark.slow  # 6 model rounds: about 30 s on a loaded 2-core machine, mostly XGBoost fits
 def test_sampler_is_deterministic_and_never_repeats_a_config():
     runs = [synthetic_study(seed=3) for _ in range(2)]
     params = [[t.params for t in s.trials] for s in runs]
@@ -130,3 +131,15 @@ def test_sampler_is_deterministic_and_never_repeats_a_config():
 def test_unknown_search_is_refused():
     with pytest.raises(ValueError, match="unknown search 'walk'; choose one of evolve, anneal"):
         CostModelSampler(search="walk")
+
+
+def test_startup_trials_cover_every_value_evenly():
+    """The 16 start-up configs come from a Sobol design: each of the 4 orders and 4 unroll
+    budgets 4 times (16 uniform draws balance one such knob 1.5 % of the time)."""
+    template = CpuTemplate(tensortune.get_workload("matmul", 64, 64, 64))
+    study = optuna.create_study(sampler=CostModelSampler(template, seed=11))
+    configs = [template.suggest(study.ask()) for _ in range(16)]
+    for knob in ("order", "unroll"):
+        counts = {v: sum(c[knob] == v for c in configs) for c in configs for v in [c[knob]]}
+        assert sorted(counts.values()) == [4, 4, 4, 4], (knob, counts)
+    assert len({tuple(sorted(c.items())) for c in configs}) == 16

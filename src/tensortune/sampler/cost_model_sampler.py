@@ -25,7 +25,7 @@ from tensortune.sampler.transfer import (
     load_sources,
     project_config,
 )
-from tensortune.search import random_configs, unseen_random_configs
+from tensortune.search import random_configs, space_filling, unseen_random_configs
 from tensortune.trial_records import claim_config, claimed_by_another
 
 if TYPE_CHECKING:
@@ -88,7 +88,8 @@ class CostModelSampler(BaseSampler):
             Default ``"mean"``: the paper found that uncertainty did not help this search.
         n_models: Bootstrap ensemble size. Default 3: enough for a spread, and training
             stays cheap.
-        n_startup_trials: Random trials before the first model. Default 16.
+        n_startup_trials: Trials before the first model, from a seeded space-filling design
+            (scrambled Sobol over the knobs' choice indices). Default 16.
         batch_size: Configs proposed per model round. Default 8, `tensortune.tune`'s batch.
         candidate_factor: The annealer keeps this many candidates per batch slot for the
             diversity-aware selection (the paper's λ). Default 3.0.
@@ -210,6 +211,7 @@ class CostModelSampler(BaseSampler):
         self._space: KnobSpace | None = None
         self._extractor: FeatureExtractor | None = None
         self._queue: deque[tuple[tuple[int, ...], str, float]] = deque()
+        self._startup: np.ndarray | None = None
         self._chains: np.ndarray | None = None
         self._fitted_at = -1
         self._round = 0
@@ -313,6 +315,7 @@ class CostModelSampler(BaseSampler):
         self._space = KnobSpace(template.knobs)
         self._extractor = FeatureExtractor(template, self.feature_set)
         self._queue.clear()
+        self._startup = None
         self._chains = None
         self._fitted_at = -1
         self._sources = None
@@ -329,7 +332,7 @@ class CostModelSampler(BaseSampler):
         n_measured = int(np.isfinite(history.values).sum())
         warm = self._source_rows(study) is not None
         if not warm and (n_measured < self.n_startup_trials or n_measured < 2):
-            return self._random_config(history.taken), "startup", float("nan")
+            return self._startup_config(history.taken), "startup", float("nan")
         stale = history.n_finished >= self._fitted_at + self.settings.batch_size
         while True:
             if not self._queue or stale:
@@ -400,6 +403,19 @@ class CostModelSampler(BaseSampler):
                 rows.append(indices)
         rows = rows[: self.source_starts]
         return np.asarray(rows, dtype=np.int64) if rows else None
+
+    def _startup_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
+        """The first point of a seeded space-filling design (`tensortune.search.space_filling`)
+        not taken yet: the start-up trials cover every knob's values evenly, where uniform
+        draws leave gaps that one seed's luck decides. Random once the design is used up."""
+        assert self._space is not None
+        if self._startup is None:
+            n = max(self.n_startup_trials, 2)
+            self._startup = space_filling(self._space.sizes, n, np.random.default_rng(self.seed))
+        for row in self._startup.tolist():
+            if tuple(row) not in taken:
+                return tuple(row)
+        return self._random_config(taken)
 
     def _random_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         assert self._space is not None
