@@ -76,6 +76,8 @@ COSTMODEL_VARIANTS: dict[str, dict] = {
     "costmodel-eps0.25": {"epsilon": 0.25},
     "costmodel-restart0.1": {"restart_share": 0.1},
     "costmodel-treegru": {"cost_model": "treegru"},
+    # The search before issue 19: one-knob annealing over program ("curve") features.
+    "costmodel-anneal": {"search": "anneal", "feature_set": "curve"},
 }
 PEERS = ("tpe", "gp", "random", "metaschedule")
 TUNERS = (*COSTMODEL_VARIANTS, *PEERS)

@@ -124,5 +124,5 @@ def test_extractor_caches_and_marks_unschedulable_configs():
 
 
 def test_unknown_feature_set_is_refused():
-    with pytest.raises(ValueError, match="unknown feature set 'knob'"):
-        feature_length("knob")
+    with pytest.raises(ValueError, match="unknown feature set 'nope'"):
+        feature_length("nope")

@@ -14,6 +14,8 @@ from tensortune.features.encodings import (
     itervar_features,
     itervar_length,
 )
+from tensortune.features.knob import LENGTH as KNOB_LENGTH
+from tensortune.features.knob import KnobFeatures
 from tensortune.features.loop_tree import LENGTH as LOOP_TREE_LENGTH
 from tensortune.features.loop_tree import loop_tree_features
 from tensortune.features.loops import loop_program
@@ -25,8 +27,10 @@ if TYPE_CHECKING:
 
 #: Feature sets by name: the relation encoding (length independent of the operator), the
 #: per-loop encoding, TVM MetaSchedule's per-store features, and the loop tree itself (the
-#: TreeGRU's input, see `tensortune.features.loop_tree`). The first is the default.
-FEATURE_SETS = ("curve", "itervar", "per-store", "loop-tree")
+#: TreeGRU's input, see `tensortune.features.loop_tree`), and the CPU template's knob-level
+#: features (`tensortune.features.knob`: no TVM lowering, ~1000x cheaper). The first is the
+#: default.
+FEATURE_SETS = ("curve", "itervar", "per-store", "loop-tree", "knob")
 
 
 def feature_length(feature_set: str) -> int:
@@ -39,6 +43,8 @@ def feature_length(feature_set: str) -> int:
         return PER_STORE_LENGTH
     if feature_set == "loop-tree":
         return LOOP_TREE_LENGTH
+    if feature_set == "knob":
+        return KNOB_LENGTH
     raise ValueError(f"unknown feature set {feature_set!r}; choose one of {FEATURE_SETS}")
 
 
@@ -67,12 +73,16 @@ class FeatureExtractor:
         self.cache_size = cache_size or max(1000, 80_000_000 // (4 * self.length))
         self._cache: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
         self._per_store: PerStoreExtractor | None = None
+        # Knob features need no cache: computing a row costs less than looking one up.
+        self.knob = KnobFeatures(template) if feature_set == "knob" else None
 
     def key(self, config: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(config[knob.name] for knob in self.template.knobs)
 
     def __call__(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """A ``(len(configs), length)`` float32 array."""
+        if self.knob is not None:
+            return self.knob(configs)
         keys = [self.key(c) for c in configs]
         missing = {k: c for k, c in zip(keys, configs, strict=True) if k not in self._cache}
         if missing:

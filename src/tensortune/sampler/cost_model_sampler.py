@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from collections import deque
@@ -17,14 +18,14 @@ from optuna.trial import FrozenTrial, TrialState
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
 from tensortune.sampler.history import History, KnobSpace, read_history
-from tensortune.sampler.proposals import RoundSettings, propose_round
+from tensortune.sampler.proposals import SEARCHES, RoundSettings, evolve_sizes, propose_round
 from tensortune.sampler.transfer import (
     SourceRows,
     check_sources,
     load_sources,
     project_config,
 )
-from tensortune.search import random_configs, unseen_random_configs
+from tensortune.search import random_configs, space_filling, unseen_random_configs
 from tensortune.trial_records import claim_config, claimed_by_another
 
 if TYPE_CHECKING:
@@ -68,9 +69,17 @@ class CostModelSampler(BaseSampler):
             trials on in 256-trial studies of matmul 1024 and conv2d C7 (3 seeds,
             ``studies/README.md``) and transfers better across operators.
         feature_set: Program features, one of `tensortune.features.FEATURE_SETS`. Default
-            None: the model's own, ``"curve"`` for xgb (operator-independent, so prior studies
-            of other operators can train it) and ``"loop-tree"`` for treegru, which reads
-            nothing else.
+            None: for xgb on the CPU template ``"knob"`` (`tensortune.features.knob`, computed
+            from the knob values without TVM, so a round can score 10^4 configs; it ranks
+            recorded configs as well as ``"curve"``), else the model's own: ``"curve"`` for
+            xgb (operator-independent, so prior studies of other operators can train it) and
+            ``"loop-tree"`` for treegru, which reads nothing else.
+        search: How a round looks for candidates, one of
+            `tensortune.sampler.proposals.SEARCHES`: ``"evolve"``
+            (`tensortune.search.evolve`: space-filling points plus the measured best, bred by
+            crossover and multi-knob mutation; with knob features about 10^4 configs scored a
+            round, else about 600) or ``"anneal"`` (AutoTVM's parallel annealing with one-knob
+            steps, `n_chains` x `anneal_steps`). Default ``"evolve"``.
         loss: One of `tensortune.cost_model.LOSSES`: ``"rank"`` (pairwise ranking, the
             paper's choice: only the order matters) or ``"reg"`` (squared error on relative
             throughput). Default ``"rank"``.
@@ -79,7 +88,8 @@ class CostModelSampler(BaseSampler):
             Default ``"mean"``: the paper found that uncertainty did not help this search.
         n_models: Bootstrap ensemble size. Default 3: enough for a spread, and training
             stays cheap.
-        n_startup_trials: Random trials before the first model. Default 16.
+        n_startup_trials: Trials before the first model, from a seeded space-filling design
+            (scrambled Sobol over the knobs' choice indices). Default 16.
         batch_size: Configs proposed per model round. Default 8, `tensortune.tune`'s batch.
         candidate_factor: The annealer keeps this many candidates per batch slot for the
             diversity-aware selection (the paper's λ). Default 3.0.
@@ -118,6 +128,7 @@ class CostModelSampler(BaseSampler):
         *,
         cost_model: str = DEFAULT_COST_MODEL,
         feature_set: str | None = None,
+        search: str = SEARCHES[0],
         loss: str = LOSSES[0],
         acquisition: str = ACQUISITIONS[0],
         n_models: int = 3,
@@ -140,11 +151,11 @@ class CostModelSampler(BaseSampler):
             raise ValueError(
                 f"unknown cost_model {cost_model!r}; choose one of {', '.join(COST_MODELS)}"
             )
-        feature_set = feature_set or COST_MODELS[cost_model]
-        if cost_model == "treegru" and feature_set != "loop-tree":
+        if cost_model == "treegru" and feature_set not in (None, "loop-tree"):
             raise ValueError(f"the treegru cost model reads loop trees, not {feature_set!r}")
         for name, value, choices in (
-            ("feature_set", feature_set, FEATURE_SETS),
+            ("feature_set", feature_set or COST_MODELS[cost_model], FEATURE_SETS),
+            ("search", search, SEARCHES),
             ("loss", loss, LOSSES),
             ("acquisition", acquisition, ACQUISITIONS),
         ):
@@ -170,7 +181,10 @@ class CostModelSampler(BaseSampler):
         ):
             raise ValueError("source_studies must be a sequence of optuna.Study objects")
         self.template = template
-        self.feature_set = feature_set
+        self._feature_choice = feature_set
+        self.cost_model = cost_model
+        #: The feature set in use: as given, else resolved for the template (see _reset).
+        self.feature_set = feature_set or COST_MODELS[cost_model]
         self.n_startup_trials = n_startup_trials
         self.settings = RoundSettings(
             loss=loss,
@@ -185,6 +199,7 @@ class CostModelSampler(BaseSampler):
             restart_share=restart_share,
             source_half_life=source_half_life,
             cost_model=cost_model,
+            search=search,
         )
         self.source_studies = list(source_studies)
         self.source_starts = source_starts
@@ -196,6 +211,7 @@ class CostModelSampler(BaseSampler):
         self._space: KnobSpace | None = None
         self._extractor: FeatureExtractor | None = None
         self._queue: deque[tuple[tuple[int, ...], str, float]] = deque()
+        self._startup: np.ndarray | None = None
         self._chains: np.ndarray | None = None
         self._fitted_at = -1
         self._round = 0
@@ -288,10 +304,18 @@ class CostModelSampler(BaseSampler):
 
     def _reset(self, template: Template) -> None:
         from tensortune.features import FeatureExtractor
+        from tensortune.templates import CpuTemplate
 
+        if self._feature_choice is None:
+            cpu_xgb = self.cost_model == "xgb" and isinstance(template, CpuTemplate)
+            self.feature_set = "knob" if cpu_xgb else COST_MODELS[self.cost_model]
+        self.settings = dataclasses.replace(
+            self.settings, evolution=evolve_sizes(self.feature_set == "knob")
+        )
         self._space = KnobSpace(template.knobs)
         self._extractor = FeatureExtractor(template, self.feature_set)
         self._queue.clear()
+        self._startup = None
         self._chains = None
         self._fitted_at = -1
         self._sources = None
@@ -308,7 +332,7 @@ class CostModelSampler(BaseSampler):
         n_measured = int(np.isfinite(history.values).sum())
         warm = self._source_rows(study) is not None
         if not warm and (n_measured < self.n_startup_trials or n_measured < 2):
-            return self._random_config(history.taken), "startup", float("nan")
+            return self._startup_config(history.taken), "startup", float("nan")
         stale = history.n_finished >= self._fitted_at + self.settings.batch_size
         while True:
             if not self._queue or stale:
@@ -342,6 +366,8 @@ class CostModelSampler(BaseSampler):
         space, extractor = self._space, self._extractor
 
         def featurize(configs: np.ndarray) -> np.ndarray:
+            if extractor.knob is not None:  # straight from the indices: no dicts for 10^4 rows
+                return extractor.knob.from_indices(configs)
             return extractor([space.decode(row) for row in configs])
 
         result = propose_round(
@@ -377,6 +403,19 @@ class CostModelSampler(BaseSampler):
                 rows.append(indices)
         rows = rows[: self.source_starts]
         return np.asarray(rows, dtype=np.int64) if rows else None
+
+    def _startup_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
+        """The first point of a seeded space-filling design (`tensortune.search.space_filling`)
+        not taken yet: the start-up trials cover every knob's values evenly, where uniform
+        draws leave gaps that one seed's luck decides. Random once the design is used up."""
+        assert self._space is not None
+        if self._startup is None:
+            n = max(self.n_startup_trials, 2)
+            self._startup = space_filling(self._space.sizes, n, np.random.default_rng(self.seed))
+        for row in self._startup.tolist():
+            if tuple(row) not in taken:
+                return tuple(row)
+        return self._random_config(taken)
 
     def _random_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         assert self._space is not None

@@ -13,8 +13,10 @@ from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.transfer import SourceRows, source_weight
 from tensortune.search import (
+    AnnealResult,
     anneal,
     diverse_greedy,
+    evolve,
     random_configs,
     unseen_random_configs,
     with_random_share,
@@ -40,6 +42,22 @@ class RoundSettings:
     restart_share: float
     source_half_life: float = 32.0
     cost_model: str = "xgb"
+    search: str = "anneal"
+    #: `tensortune.search.evolve`'s sizes per round: (n_fresh, population, children,
+    #: generations); see `evolve_sizes`.
+    evolution: tuple[int, int, int, int] = (4096, 512, 1536, 4)
+
+
+#: Searches a round can run: ``"evolve"`` (`tensortune.search.evolve`) or ``"anneal"``
+#: (`tensortune.search.anneal`, AutoTVM's).
+SEARCHES = ("evolve", "anneal")
+
+
+def evolve_sizes(cheap_features: bool) -> tuple[int, int, int, int]:
+    """(n_fresh, population, children, generations) of an evolution round: about 10^4
+    configs scored where features cost microseconds (knob features), about 600 where each
+    config is lowered through TVM (5-9 ms), the annealer's budget."""
+    return (4096, 512, 1536, 4) if cheap_features else (256, 64, 128, 3)
 
 
 @dataclasses.dataclass
@@ -143,7 +161,8 @@ def propose_round(
     model: CostModel | None = None,
 ) -> Round:
     """Fit (on the study's history and the `prior` studies' rows; `model` from the last
-    round, or a fresh one), anneal from `chains` (and `prior_starts`, see `chain_starts`), and
+    round, or a fresh one), search (``settings.search``: evolve from the measured best and
+    `prior_starts`, or anneal from `chains` and `prior_starts`, see `chain_starts`), and
     select `settings.batch_size` configs never taken."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
@@ -169,6 +188,24 @@ def propose_round(
     start = time.perf_counter()
     b = settings.batch_size
     n_keep = max(b, math.ceil(settings.candidate_factor * b))
+    if settings.search == "evolve":
+        result = _evolve(history, sizes, score, settings, n_keep, rng, prior_starts)
+    else:
+        result = _anneal(history, sizes, score, settings, n_keep, chains, rng, prior_starts)
+    seconds["search"] = time.perf_counter() - start
+    return _select(history, sizes, settings, result, rng, seconds, model)
+
+
+def _anneal(
+    history: History,
+    sizes: list[int],
+    score: Callable[[np.ndarray], np.ndarray],
+    settings: RoundSettings,
+    n_keep: int,
+    chains: np.ndarray | None,
+    rng: np.random.Generator,
+    prior_starts: np.ndarray | None,
+) -> AnnealResult:
     steps = max(settings.anneal_steps, math.ceil(2 * n_keep / settings.n_chains))
     if not len(history.configs):  # a warm start: no incumbent to refine, search wider
         steps *= 4
@@ -190,8 +227,53 @@ def propose_round(
         exclude=history.taken,
         early_stop=steps,  # every step is paid for in features; stop only at the end
     )
-    seconds["search"] = time.perf_counter() - start
+    return result
 
+
+def _evolve(
+    history: History,
+    sizes: list[int],
+    score: Callable[[np.ndarray], np.ndarray],
+    settings: RoundSettings,
+    n_keep: int,
+    rng: np.random.Generator,
+    prior_starts: np.ndarray | None,
+) -> AnnealResult:
+    """An evolution round seeded from the measured best (and the sources' best), as an
+    `AnnealResult` whose states are the final population's best."""
+    n_fresh, population, children, generations = settings.evolution
+    finite = np.where(np.isfinite(history.values))[0]
+    best = history.configs[finite[np.argsort(-history.values[finite], kind="stable")]]
+    seeds = best[: max(1, population // 8)]
+    if prior_starts is not None and len(prior_starts):
+        seeds = np.vstack([seeds, prior_starts])
+    found = evolve(
+        sizes,
+        score,
+        seeds,
+        rng,
+        population=population,
+        generations=generations,
+        n_fresh=n_fresh,
+        children=children,
+        n_keep=n_keep,
+        exclude=history.taken,
+    )
+    states = found.population[: settings.n_chains]
+    return AnnealResult(found.configs, found.scores, states, generations, found.n_scored)
+
+
+def _select(
+    history: History,
+    sizes: list[int],
+    settings: RoundSettings,
+    result: AnnealResult,
+    rng: np.random.Generator,
+    seconds: dict[str, float],
+    model: CostModel,
+) -> Round:
+    """The round's batch: a diverse pick of the candidates, topped up and ε-mixed at random."""
+    b = settings.batch_size
     start = time.perf_counter()
     candidates, cand_scores = result.configs, result.scores
     if settings.diversity == 0:
