@@ -24,9 +24,9 @@ class BootstrapEnsemble:
 
     A subclass stores ``loss``, ``n_models``, ``max_train`` and ``seed`` and defines
     `_start_fit` (checks, before the clock starts), `_fit_member` and `_member_scores`; it may
-    override `_seed_entropy`, `_start_members`, `_member_workers` and `_end_fit`. Fitted attributes: ``members_``,
-    ``scales_`` (offset and scale of each member's scores), ``constant_``, ``n_train_`` and
-    ``fit_seconds_``.
+    override `_seed_entropy`, `_start_members`, `_member_workers` and `_end_fit`. Fitted
+    attributes: ``members_``, ``scales_`` (offset and scale of each member's scores),
+    ``constant_``, ``n_train_`` and ``fit_seconds_``.
     """
 
     loss: str

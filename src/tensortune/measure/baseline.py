@@ -19,8 +19,8 @@ ResNet-18 C7 on two torch threads 2.4 against 40, while TVM's pool (which yields
 waits) lost about 20 %. So the vendor is timed with the study's threads and with one thread,
 and in each of its layouts, round-robin, and the variant with the lowest median is kept: what
 a user would pick on that machine at that moment. Each is warmed up first (oneDNN creates its
-primitives and MKL its buffers on the first calls), and each gets at least `MIN_REPEAT` costs
-of at least `MIN_REPEAT_MS` each.
+primitives and MKL its buffers on the first calls), and each gets `REPEAT_FACTOR` times the
+costs a candidate gets, each as long: with the default settings, 10 costs of at least 50 ms.
 """
 
 from __future__ import annotations
@@ -37,12 +37,9 @@ import numpy as np
 from tensortune.measure.worker_tasks import DEVICE_OF_KIND
 from tensortune.workloads import Workload
 
-#: Least number of timed costs of a vendor reading, whatever the settings ask.
-MIN_REPEAT = 10
-#: Least milliseconds one cost of a vendor reading spans.
-MIN_REPEAT_MS = 50
-# Warm-up of each variant: at least 3 calls and this long.
-_WARM_UP_MS = 50
+#: A vendor reading records this many times the costs a candidate does: it is the one number
+#: every candidate of a study is compared with.
+REPEAT_FACTOR = 2
 
 Kernel = Callable[[], object]
 #: A library's name and a zero-argument callable that runs `workload` with it.
@@ -80,8 +77,10 @@ def vendor_time(
 
     Args:
         workload: The operator at its shape.
-        repeat: Costs to record; at least `MIN_REPEAT` are.
-        min_repeat_ms: Least milliseconds one cost spans; at least `MIN_REPEAT_MS`.
+        repeat: Costs a candidate records (`MeasureSettings.repeat`); each variant records
+            `REPEAT_FACTOR` times as many.
+        min_repeat_ms: Least milliseconds one cost spans, as for a candidate; each variant is
+            also warmed up for at least this long (and 3 calls).
         threads: CPU threads the study's kernels use; the vendor runs on these and on one,
             the faster is kept, and the library's thread settings are restored after.
         device_kind: Target kind whose device runs it. Default ``"llvm"``: the CPU.
@@ -96,14 +95,14 @@ def vendor_time(
     variants = [(count, name, kernel) for count in counts for name, kernel in found]
     for count, _, kernel in variants:
         with _thread_limit(count, device):
-            _warm_up(kernel)
+            _warm_up(kernel, min_repeat_ms)
     # Round-robin, so that a load that comes or goes mid-reading hits every variant alike.
     costs: list[list[float]] = [[] for _ in variants]
-    for _ in range(max(repeat, MIN_REPEAT)):
+    for _ in range(REPEAT_FACTOR * repeat):
         for (count, _, kernel), mine in zip(variants, costs, strict=True):
             with _thread_limit(count, device):
                 kernel()  # the thread team at its new width before the clock starts
-                mine += _costs(kernel, 1, max(min_repeat_ms, MIN_REPEAT_MS))
+                mine += _costs(kernel, 1, min_repeat_ms)
     best = min(range(len(variants)), key=lambda i: statistics.median(costs[i]))
     return variants[best][1], costs[best]
 
@@ -123,9 +122,9 @@ def _costs(kernel: Kernel, repeat: int, min_repeat_ms: float) -> list[float]:
     return costs
 
 
-def _warm_up(kernel: Kernel) -> None:
+def _warm_up(kernel: Kernel, ms: float) -> None:
     runs, start = 0, time.perf_counter()
-    while runs < 3 or (time.perf_counter() - start) * 1000 < _WARM_UP_MS:
+    while runs < 3 or (time.perf_counter() - start) * 1000 < ms:
         kernel()
         runs += 1
 

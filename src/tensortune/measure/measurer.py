@@ -263,10 +263,10 @@ class Measurer:
 
     def vendor_baseline(self, library: str | None = None) -> tuple[str, float] | None:
         """(library, median seconds) of the fastest vendor kernel for this workload, timed in
-        the run worker like a candidate, in a process that has run no kernel, with at least
-        `tensortune.measure.baseline.MIN_REPEAT` costs (see `baseline.vendor_time`); None when
-        no vendor library covers the operator, and None when timing on a remote device (the
-        vendor library would run on the host).
+        the run worker like a candidate, in a process that has run no kernel, with
+        `tensortune.measure.baseline.REPEAT_FACTOR` times a candidate's costs (see
+        `baseline.vendor_time`); None when no vendor library covers the operator, and None
+        when timing on a remote device (the vendor library would run on the host).
 
         Args:
             library: Time only this library (a name an earlier call returned). Default None:
