@@ -119,6 +119,7 @@ def test_screenshot_check_refuses_a_missing_or_stale_picture(tmp_path):
         shots.png_size(str(stale))
 
 
+@pytest.mark.slow
 def test_dashboard_refuses_a_taken_port_and_a_missing_storage(served, tmp_path, capsys):
     _, storage_url, port = served
     assert main(["dashboard", "--storage", storage_url, "--port", str(port)]) == 2
