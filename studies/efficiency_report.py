@@ -126,7 +126,9 @@ def summary_table(rows: list[dict]) -> str:
             per_seed = "/".join(_shown(x, trials) for x in reached)
             cells.append(f"{_shown(statistics.median(reached), trials)} ({per_seed})")
             retimed = [r["remeasured"] for r in runs if positive(r.get("remeasured"))]
-            per_seed = "/".join(f"{x:.0f}" for x in retimed)
+            per_seed = "/".join(
+                f"{r['remeasured']:.0f}" if positive(r.get("remeasured")) else "–" for r in runs
+            )
             cells.append(f"{statistics.median(retimed):.0f} ({per_seed})" if retimed else "–")
             cells.append(_median_ratio(runs, "remeasured", fallback))
             cells.append(f"{statistics.median(r['wall_s'] for r in runs):.0f}")
@@ -151,8 +153,8 @@ def _vendor(runs: list[dict]) -> tuple[float, str]:
 
 
 def _median_ratio(runs: list[dict], key: str, fallback: float) -> str:
-    ratios = [r[key] / vendor_of(r, fallback) for r in runs if positive(r.get(key))]
-    ratios = [x for x in ratios if math.isfinite(x)]
+    vendors = [vendor_of(r, fallback) for r in runs]
+    ratios = [r[key] / v for r, v in zip(runs, vendors, strict=True) if positive(r.get(key)) and v]
     return f"{statistics.median(ratios):.2f}" if ratios else "–"
 
 
@@ -189,7 +191,8 @@ def _plot(path: str, rows: list[dict], curves: list[dict], tuners: list[str], x_
             values = [[s[i]["best_gflops"] for s in series] for i in range(n)]
             draw_band(ax, x, values, tuner, alpha=0.15)
         mine = [r for r in rows if r["workload"] == label]
-        vendor = statistics.median(r["vendor_gflops"] for r in mine)
+        fallback = statistics.median(r["vendor_gflops"] for r in mine)
+        vendor = statistics.median(vendor_of(r, fallback) for r in mine)
         ax.axhline(vendor, color="k", ls="--", lw=1, label=mine[0]["vendor_library"])
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("trials" if x_key == "trial" else "seconds (median over seeds)")
