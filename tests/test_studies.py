@@ -388,6 +388,20 @@ def test_transfer_summary_per_cost_model(tmp_path):
     assert cells[3] == ["treegru", "warm", "1", "2", "4", ">64", "0.31 |"]
 
 
+def test_transfer_refuses_a_cache_it_cannot_use(tmp_path, monkeypatch, capsys):
+    """A --cache that is a folder stops transfer.py with one line and status 2, before it
+    tunes or writes anything."""
+    transfer = studies_module("transfer")
+    args = ["--cache", str(tmp_path), "--work", str(tmp_path / "w" / "transfer.db")]
+    args += ["--sources", str(tmp_path / "s.db"), "--out", str(tmp_path / "o")]
+    monkeypatch.setattr(sys, "argv", ["transfer.py", *args])
+    with pytest.raises(SystemExit) as stopped:
+        transfer.main()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("transfer.py: error:")
+    assert os.listdir(tmp_path) == []
+
+
 def test_gpu_study_stops_at_once_without_a_gpu(tmp_path):
     """The one-command GPU study refuses a GPU-less machine before tuning or writing."""
     storage = f"sqlite:///{tmp_path / 'gpu.db'}"
