@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import TypeGuard
 
 import numpy as np
 
@@ -31,7 +32,20 @@ def vendor_of(row: dict, fallback: float) -> float:
     return float(retimed) if positive(retimed) else fallback
 
 
-def positive(value: object) -> bool:
+def share_retimed_vendor(rows: list[dict]) -> None:
+    """Give a row without a re-timed vendor the one of another study of its workload and
+    seed, where there is one: every winner of a workload and seed was re-timed in the same
+    rounds as that one vendor reading, but ``sample_efficiency.retime_winners`` stores it only
+    on the studies whose own tuning-time vendor was the same library (the faster of two close
+    libraries can differ from study to study)."""
+    found = {(r["workload"], r["seed"]): r["remeasured_vendor"]
+             for r in rows if positive(r.get("remeasured_vendor"))}  # fmt: skip
+    for row in rows:
+        if not positive(row.get("remeasured_vendor")):
+            row["remeasured_vendor"] = found.get((row["workload"], row["seed"]), "")
+
+
+def positive(value: object) -> TypeGuard[float]:
     """Whether a cell holds a positive number ('' and 0 do not)."""
     return isinstance(value, (int, float)) and value > 0
 

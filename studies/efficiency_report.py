@@ -31,6 +31,7 @@ from efficiency_goals import (
     goals_section,
     pooled_table,
     positive,
+    share_retimed_vendor,
     trials_table,
     trials_to_known,
     tuner_order,
@@ -50,6 +51,7 @@ def report(rows: list[dict], curves: list[dict], out: str) -> None:
     curves = [_numbers(c) for c in curves]
     if any(KNOWN not in r for r in rows):
         add_trials_to_known(rows, curves)
+    share_retimed_vendor(rows)
     total = sum(r["wall_s"] for r in rows) / 60
     text = "\n\n".join(
         [
