@@ -1,4 +1,16 @@
-"""Plots and the summary table of `sample_efficiency`, from its rows and curves.
+"""Plots and the summary of `sample_efficiency`, from its rows and curves.
+
+The summary (``sample_efficiency_summary.md``) has four parts:
+
+- per workload and tuner: bests over the vendor at the checkpoints, trials to 90 % of the best
+  known kernel, the re-timed winners (median and every seed) and over the vendor;
+- the pooled geometric mean of ours ÷ TPE over seed pairs, with a bootstrap 95 % interval;
+- per tuner, the pooled median of the trials to 90 % of the best known kernel;
+- issue 19's goals that these rows can answer, each met / not met / not measured here.
+
+Ratios to the vendor divide by the vendor re-timed interleaved with the winners of the same
+workload and seed (``remeasured_vendor``); studies from before it was stored fall back to the
+median of the workload's tuning-time readings, and the vendor column says which.
 
 Run on its own it redraws them from the committed CSV files:
 
@@ -13,22 +25,46 @@ import math
 import os
 import statistics
 
+from efficiency_goals import (
+    KNOWN,
+    MAIN,
+    goals_section,
+    pooled_table,
+    positive,
+    share_retimed_vendor,
+    trials_table,
+    trials_to_known,
+    tuner_order,
+    vendor_of,
+)
 from results_io import draw_band, pyplot, read_csv
 
-MAIN = ("costmodel", "tpe", "gp", "random", "metaschedule")
 RATIO_AT = (64, 128, 256)
+#: Trials to a level: a level as a fraction of the workload's best known kernel (`KNOWN`).
+LEVEL = 0.9
 
 
 def report(rows: list[dict], curves: list[dict], out: str) -> None:
-    """Write ``sample_efficiency_summary.md`` and the PNG plots under `out`; print the table."""
+    """Write ``sample_efficiency_summary.md`` and the PNG plots under `out`; print the
+    summary. Rows without `KNOWN` (older CSVs) get it from `curves`."""
     rows = [_numbers(r) for r in rows]
     curves = [_numbers(c) for c in curves]
-    table = summary_table(rows)
+    if any(KNOWN not in r for r in rows):
+        add_trials_to_known(rows, curves)
+    share_retimed_vendor(rows)
     total = sum(r["wall_s"] for r in rows) / 60
-    table += f"\n\n{len(rows)} studies, {total:.0f} min of tuning in all."
+    text = "\n\n".join(
+        [
+            summary_table(rows),
+            f"{len(rows)} studies, {total:.0f} min of tuning in all.",
+            pooled_table(rows),
+            trials_table(rows),
+            goals_section(rows),
+        ]
+    )
     with open(os.path.join(out, "sample_efficiency_summary.md"), "w") as f:
-        f.write(table + "\n")
-    print(table)
+        f.write(text + "\n")
+    print(text)
     main = [t for t in MAIN if any(r["tuner"] == t for r in rows)]
     variants = sorted({r["tuner"] for r in rows if r["tuner"].startswith("costmodel-")})
     _plot(os.path.join(out, "sample_efficiency_trials.png"), rows, curves, main, "trial")
@@ -41,46 +77,91 @@ def report(rows: list[dict], curves: list[dict], out: str) -> None:
         _plot(path, mine, curves, ablation, "trial")
 
 
+def add_trials_to_known(rows: list[dict], curves: list[dict]) -> None:
+    """Set each row's `KNOWN`: the first trial at which its curve reaches `LEVEL` of the best
+    known kernel of its workload ('' if never), the best over every seed of the main tuners
+    (of all tuners where none of `MAIN` ran), so that adding variants moves nothing."""
+    by_study: dict[tuple, list[dict]] = {}
+    for c in curves:
+        by_study.setdefault((c["workload"], c["tuner"], c["seed"]), []).append(c)
+    for label in {r["workload"] for r in rows}:
+        mine = {k: v for k, v in by_study.items() if k[0] == label}
+        main = {k: v for k, v in mine.items() if k[1] in MAIN} or mine
+        top = max((float(c["best_gflops"]) for v in main.values() for c in v), default=0.0)
+        for row in rows:
+            if row["workload"] != label:
+                continue
+            curve = sorted(mine.get((label, row["tuner"], row["seed"]), []), key=_trial)
+            reached = (c["trial"] for c in curve if float(c["best_gflops"]) >= LEVEL * top)
+            row[KNOWN] = next(reached, "") if top > 0 else ""
+
+
+def _trial(curve_row: dict) -> int:
+    return int(curve_row["trial"])
+
+
 def summary_table(rows: list[dict]) -> str:
-    """Markdown: per workload and tuner, the median best at 64/128/256 trials and the median
-    re-timed best over the vendor, the median trials to 90 % of the best any tuner found, and
-    the wall time. The vendor is the median of every study's baseline for the workload: one
-    study's single baseline measurement was off by up to 2x (once 1000x) on this noisy VM."""
+    """Markdown: per workload and tuner, the median best over the vendor at 64/128/256
+    trials, the median trials to 90 % of the best known kernel of the workload (`KNOWN`, per
+    seed), the median re-timed winner (GFLOP/s, per seed) and its median ratio to the vendor,
+    and the median wall time. Each study's ratios divide by the vendor re-timed with its
+    winners; where that is missing (older studies), by the median of every study's
+    tuning-time reading for the workload: one single reading was off by up to 2x (once 1000x)
+    on this noisy VM."""
     trials = max(r["trials"] for r in rows)
     checkpoints = [n for n in RATIO_AT if n <= trials] or [trials]
     head = ["workload", "vendor GFLOP/s", "tuner", "seeds"]
     head += [f"×vendor @{n}" for n in checkpoints]
-    head += ["trials to 90 % (per seed)", "re-timed best ×vendor", "wall s"]
+    head += ["trials to 90 % of best known (per seed)", "re-timed GFLOP/s (per seed)"]
+    head += ["re-timed ×vendor", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label in dict.fromkeys(r["workload"] for r in rows):
         mine = [r for r in rows if r["workload"] == label]
-        vendor = statistics.median(r["vendor_gflops"] for r in mine)
-        library = mine[0]["vendor_library"]
+        fallback, vendor_cell = _vendor(mine)
         tuners = sorted({r["tuner"] for r in mine}, key=tuner_order)
         for tuner in tuners:
             runs = [r for r in mine if r["tuner"] == tuner]
-            cells = [label, f"{vendor:.0f} ({library})", tuner, str(len(runs))]
+            cells = [label, vendor_cell, tuner, str(len(runs))]
             for n in checkpoints:
-                cells.append(_median_ratio(runs, f"best@{n}", vendor))
-            reached = [r["trials_to_90%"] if r["trials_to_90%"] != "" else math.inf for r in runs]
-            median = statistics.median(reached)
-            per_seed = "/".join(str(x) if x != math.inf else f">{trials}" for x in reached)
-            shown = f">{trials}" if median == math.inf else f"{median:.0f}"
-            cells.append(f"{shown} ({per_seed})")
-            cells.append(_median_ratio(runs, "remeasured", vendor))
+                cells.append(_median_ratio(runs, f"best@{n}", fallback))
+            reached = [trials_to_known(r) for r in runs]
+            per_seed = "/".join(_shown(x, trials) for x in reached)
+            cells.append(f"{_shown(statistics.median(reached), trials)} ({per_seed})")
+            retimed = [r["remeasured"] for r in runs if positive(r.get("remeasured"))]
+            per_seed = "/".join(
+                f"{r['remeasured']:.0f}" if positive(r.get("remeasured")) else "–" for r in runs
+            )
+            cells.append(f"{statistics.median(retimed):.0f} ({per_seed})" if retimed else "–")
+            cells.append(_median_ratio(runs, "remeasured", fallback))
             cells.append(f"{statistics.median(r['wall_s'] for r in runs):.0f}")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _median_ratio(runs: list[dict], key: str, vendor: float) -> str:
-    values = [r[key] for r in runs if r[key] != ""]
-    return f"{statistics.median(values) / vendor:.2f}" if values and vendor else "–"
+def _vendor(runs: list[dict]) -> tuple[float, str]:
+    """The workload's fallback vendor (median tuning-time reading) and its table cell: the
+    median vendor the ratios divide by, saying whether it was re-timed."""
+    fallback = statistics.median(r["vendor_gflops"] for r in runs)
+    library = runs[0]["vendor_library"]
+    retimed = sum(1 for r in runs if positive(r.get("remeasured_vendor")))
+    median = statistics.median(vendor_of(r, fallback) for r in runs)
+    if retimed == len(runs):
+        how = "re-timed"
+    elif retimed:
+        how = f"re-timed in {retimed} of {len(runs)} studies, else tuning-time"
+    else:
+        how = "tuning-time"
+    return fallback, f"{median:.0f} ({library}, {how})"
 
 
-def tuner_order(tuner: str) -> tuple[int, str]:
-    """Sort key: the main tuners in `MAIN` order, then the variants by name."""
-    return (MAIN.index(tuner) if tuner in MAIN else len(MAIN), tuner)
+def _median_ratio(runs: list[dict], key: str, fallback: float) -> str:
+    vendors = [vendor_of(r, fallback) for r in runs]
+    ratios = [r[key] / v for r, v in zip(runs, vendors, strict=True) if positive(r.get(key)) and v]
+    return f"{statistics.median(ratios):.2f}" if ratios else "–"
+
+
+def _shown(trials_to: float, budget: int) -> str:
+    return f">{budget}" if trials_to == math.inf else f"{trials_to:.0f}"
 
 
 def _numbers(row: dict) -> dict:
@@ -112,7 +193,8 @@ def _plot(path: str, rows: list[dict], curves: list[dict], tuners: list[str], x_
             values = [[s[i]["best_gflops"] for s in series] for i in range(n)]
             draw_band(ax, x, values, tuner, alpha=0.15)
         mine = [r for r in rows if r["workload"] == label]
-        vendor = statistics.median(r["vendor_gflops"] for r in mine)
+        fallback = statistics.median(r["vendor_gflops"] for r in mine)
+        vendor = statistics.median(vendor_of(r, fallback) for r in mine)
         ax.axhline(vendor, color="k", ls="--", lw=1, label=mine[0]["vendor_library"])
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("trials" if x_key == "trial" else "seconds (median over seeds)")

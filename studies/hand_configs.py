@@ -150,7 +150,9 @@ def main() -> None:
         library = ""
         with Measurer(template, target_spec("llvm"), MeasureSettings()) as measurer:
             for _ in range(rounds):  # alternate vendor and configs so drift hits both alike
-                found = measurer.vendor_baseline()
+                # The first round picks the fastest library, as a study does; later rounds
+                # re-time that one (as `common.retime`'s vendor_library), not a mix of medians.
+                found = measurer.vendor_baseline(library or None)
                 if found is not None:
                     library = found[0]
                     vendor.append(found[1])

@@ -18,11 +18,14 @@ wall seconds (and the curves against seconds) count reused configs as free. Writ
 ``--out`` (default ``studies/results/``), from every finished study in the file that matches
 the requested trials:
 
-- ``sample_efficiency.csv``: per workload, tuner and seed: vendor, best at each checkpoint,
-  trials to reach 90 % of the best any main tuner found for that workload and seed, re-timed
-  best, wall and sampler seconds;
+- ``sample_efficiency.csv``: per workload, tuner and seed: vendor (at tuning time), best at
+  each checkpoint, re-timed best and the vendor re-timed with it, wall and sampler seconds,
+  the configs the measurement cache answered and measured, trials to reach 90 % of the best
+  any main tuner found for that workload and seed (``trials_to_90%``) and for that workload
+  over all seeds (``trials_to_90%_known``, the best known kernel);
 - ``sample_efficiency_curves.csv``: every trial with its best-so-far and elapsed seconds;
-- the plots and the summary table of `efficiency_report`.
+- the plots and the summary of `efficiency_report` (ratios to the re-timed vendor, the pooled
+  ratio to TPE with its bootstrap interval, and issue 19's goals evaluated from these rows).
 
     python studies/sample_efficiency.py                       # everything: 256 trials, seeds 0-2
     python studies/sample_efficiency.py --workloads resnet18-c7 --tuners costmodel tpe
@@ -233,6 +236,8 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
 
 
 def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[dict, list[dict]]:
+    """The CSV row of one finished study (see the module docstring) and its curve
+    (`results_io.best_so_far`); trials to 90 % are added by `write_results`."""
     curve = best_so_far(study, workload=label, tuner=tuner, seed=seed)
     attrs = study.user_attrs
     row: dict = {
@@ -247,8 +252,13 @@ def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[d
         if n <= len(curve):
             row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1)
     row["remeasured"] = round(attrs[RETIMED], 1) if RETIMED in attrs else ""
+    # The vendor re-timed with the winners ('' for studies from before it was stored).
+    row["remeasured_vendor"] = round(attrs[RETIMED_VENDOR], 1) if RETIMED_VENDOR in attrs else ""
     row["wall_s"] = round(attrs[DONE], 1)
     row["sampler_s"] = round(attrs.get("bench:sampler_s", 0.0), 1)
+    # Configs the measurement cache answered / measured ('' without the cache: MetaSchedule).
+    row["cache_hits"] = attrs.get(HITS_ATTR, "")
+    row["cache_misses"] = attrs.get(MISSES_ATTR, "")
     return row, curve
 
 
@@ -353,6 +363,7 @@ def write_results(storage: str, trials: int, out: str) -> None:
     if not rows:
         print("no finished studies yet")
         return
+    efficiency_report.add_trials_to_known(rows, curves)
     write_csv(os.path.join(out, "sample_efficiency.csv"), rows)
     write_csv(os.path.join(out, "sample_efficiency_curves.csv"), curves)
     efficiency_report.report(rows, curves, out)

@@ -18,11 +18,17 @@ dense → batch_matmul (BERT attention) and conv2d → depthwise conv2d (MobileN
 
 Sources are the learned-sampler studies of ``sample_efficiency.py`` (``--sources``, its
 SQLite file); missing ones are run first. Targets go to ``--work`` (default
-``studies/work/transfer.db``); finished studies are skipped on a second run. Writes under
-``--out`` (default ``studies/results/``):
+``studies/work/transfer.db``); finished studies are skipped on a second run. Every study
+measures through the benchmarks' measurement cache (``measurement_cache.py``; ``--cache``,
+default ``measurements.db`` beside ``--work``, the file ``sample_efficiency.py`` uses by
+default; ``--no-cache`` to measure afresh): a config measured before, by any mode or any
+benchmark, is not measured again, so the modes differ in search, not in timing noise, and
+wall seconds count reused configs as free. Writes under ``--out`` (default
+``studies/results/``):
 
 - ``transfer.csv``: per pair, mode and seed: best GFLOP/s at 16 / 32 / 64 trials, trials to
-  reach 90 % of the cold study's best at 64 (same seed), wall seconds;
+  reach 90 % of the cold study's best at 64 (same seed), wall seconds, the configs the cache
+  answered and measured;
 - ``transfer_curves.csv``: best-so-far per trial; ``transfer.png``: the curves;
 - ``transfer_summary.md``: medians over seeds and the speed-up in trials.
 
@@ -45,14 +51,16 @@ import time
 
 import optuna
 from common import DONE, SETTINGS, finished, first_trial, study_name, workload_of
+from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer, check_cache
 from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
 
 import tensortune
 from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
+from tensortune.measure import Measurer
 from tensortune.sampler.transfer import project_config
 from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
-from tensortune.templates import CpuTemplate
+from tensortune.templates import CpuTemplate, template_for
 from tensortune.trial_records import trial_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,9 +81,10 @@ TRIALS = 64
 
 
 def source_studies(
-    labels: tuple[str, ...], seeds: list[int], trials: int, storage: str
+    labels: tuple[str, ...], seeds: list[int], trials: int, storage: str, cache: str | None = None
 ) -> list[optuna.Study]:
-    """The learned-sampler studies of `labels` in `storage`, run first where missing."""
+    """The learned-sampler studies of `labels` in `storage`, run first where missing (through
+    the measurement cache `cache`, default None: none)."""
     out = []
     for label in labels:
         for seed in seeds:
@@ -84,7 +93,8 @@ def source_studies(
             if study is None:
                 print(f"source {name}: running it first", flush=True)
                 sampler = tensortune.CostModelSampler(seed=seed)
-                study = timed_tune(label, name, sampler, trials, storage, time.perf_counter())
+                start = time.perf_counter()
+                study = timed_tune(label, name, sampler, trials, storage, start, cache)
             out.append(study)
     return out
 
@@ -113,7 +123,11 @@ def run_target(
     sources: list,
     storage: str,
     cost_model: str = "xgb",
+    cache: str | None = None,
 ) -> optuna.Study:
+    """The finished study of `target` in `mode` (see the module docstring), run first where
+    missing, with `cost_model` (default "xgb") and the measurement cache `cache` (default
+    None: none)."""
     # Cold studies depend on the target only: pairs with one target share them.
     name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
     if cost_model != "xgb":
@@ -135,7 +149,7 @@ def run_target(
         for config in configs:
             study.enqueue_trial(config)
         study.set_user_attr("bench:enqueued", len(configs))
-    return timed_tune(target, name, sampler, trials, storage, start)
+    return timed_tune(target, name, sampler, trials, storage, start, cache)
 
 
 def timed_tune(
@@ -145,17 +159,34 @@ def timed_tune(
     trials: int,
     storage: str,
     start: float,
+    cache: str | None = None,
 ) -> optuna.Study:
-    """Tune `label` for `trials` with the study settings, recording seconds since `start`."""
-    study = tensortune.tune(
-        workload_of(label),
-        n_trials=trials,
-        storage=storage,
-        study_name=name,
-        sampler=sampler,
-        settings=SETTINGS,
-        show_progress=False,
-    )
+    """Tune `label` for `trials` with the study settings, recording seconds since `start`.
+    With `cache` (a `measurement_cache` SQLite file; default None: none) configs measured
+    before are not measured again, as in ``sample_efficiency.run_ours``; the study's
+    ``bench:cache_hits`` / ``bench:cache_misses`` say how many were reused / measured."""
+    workload, target = workload_of(label), target_spec("llvm")
+    measurer = None
+    if cache is not None:
+        measurer = CachedMeasurer(Measurer(template_for(workload, target), target, SETTINGS), cache)
+    try:
+        study = tensortune.tune(
+            workload,
+            target,
+            n_trials=trials,
+            storage=storage,
+            study_name=name,
+            sampler=sampler,
+            settings=SETTINGS,
+            show_progress=False,
+            measurer=measurer,
+        )
+    finally:
+        if measurer is not None:  # tune closes it too, except when it refused to start
+            measurer.close()
+    if measurer is not None:
+        study.set_user_attr(HITS_ATTR, measurer.hits)
+        study.set_user_attr(MISSES_ATTR, measurer.misses)
     study.set_user_attr(DONE, time.perf_counter() - start)
     return study
 
@@ -178,6 +209,15 @@ def main() -> None:
         help="the targets' cost models, run side by side (default xgb); the sources are the "
         "same either way",
     )
+    cache = parser.add_mutually_exclusive_group()
+    cache.add_argument(
+        "--cache", default=None, metavar="PATH",
+        help="measurement cache of every study (measurement_cache.py; default: "
+        "measurements.db beside --work)",
+    )  # fmt: skip
+    cache.add_argument(
+        "--no-cache", action="store_true", help="measure every config of every study afresh"
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pairs = {p: PAIRS[p] for p in args.pairs}
@@ -185,19 +225,27 @@ def main() -> None:
     if args.quick:
         pairs, trials, seeds, source_seeds = QUICK_PAIRS, 16, [0], [0]
         args.work = args.sources = os.path.join(tempfile.mkdtemp(), "transfer.db")
-    os.makedirs(os.path.dirname(os.path.abspath(args.work)), exist_ok=True)
+    folder = os.path.dirname(os.path.abspath(args.work))
+    cache_path = None
+    if not args.no_cache:
+        cache_path = args.cache or os.path.join(folder, "measurements.db")
+        try:
+            check_cache(cache_path)
+        except ValueError as err:
+            parser.error(str(err))
+    os.makedirs(folder, exist_ok=True)
     source_url, storage = f"sqlite:///{args.sources}", f"sqlite:///{args.work}"
     rows, curves = [], []
     for seed in seeds:
         for pair, (target, source_labels, enqueue) in pairs.items():
-            sources = source_studies(source_labels, source_seeds, trials, source_url)
+            sources = source_studies(source_labels, source_seeds, trials, source_url, cache_path)
             for model in args.cost_model:
                 studies = {}
                 # Enqueueing leaves the model aside: it runs with the default one only.
                 with_enqueue = enqueue and model == "xgb"
                 for mode in MODES[: 4 if with_enqueue else 3]:
                     studies[mode] = run_target(
-                        pair, target, mode, seed, trials, sources, storage, model
+                        pair, target, mode, seed, trials, sources, storage, model, cache_path
                     )
                     best = studies[mode].best_value
                     print(f"{pair} {model} {mode} s{seed}: {best:.1f} GFLOP/s", flush=True)
@@ -229,6 +277,9 @@ def summarize(
         vendor = attrs.get("vendor_gflops")  # the enqueue studies measure none
         row["vendor_gflops"] = round(vendor, 1) if vendor else ""
         row["wall_s"] = round(attrs[DONE], 1)
+        # Configs the measurement cache answered / measured ('' for a study without it).
+        row["cache_hits"] = attrs.get(HITS_ATTR, "")
+        row["cache_misses"] = attrs.get(MISSES_ATTR, "")
         rows.append(row)
     return rows, [c for curve in curves.values() for c in curve]
 
