@@ -9,6 +9,7 @@ import subprocess
 import sys
 import urllib.request
 
+import optuna
 import pytest
 
 from tensortune.cli import main
@@ -37,11 +38,14 @@ def served(tmp_path_factory):
 
 @pytest.mark.slow
 def test_api_has_note_plot_and_trial_attrs(served):
-    base, _, _ = served
+    base, storage_url, _ = served
     with urllib.request.urlopen(f"{base}/api/studies/1", timeout=10) as response:
         study = json.load(response)
     note = study["note"]["body"]
-    for words in ("matmul(M=32,N=32,K=32)", "numpy/", "CostModelSampler", "seed=0"):
+    (summary,) = optuna.get_all_study_summaries(storage_url)
+    library = summary.user_attrs["vendor_library"]  # e.g. numpy-2.4.6/scipy-openblas
+    assert library.split("-")[0] in ("numpy", "torch"), library
+    for words in ("matmul(M=32,N=32,K=32)", library, "CostModelSampler", "seed=0"):
         assert words in note, note
     (plot,) = [g for g in study["plotly_graph_objects"] if g["id"] == PROGRESS_PLOT_ID]
     figure = json.loads(plot["graph_object"])
