@@ -307,7 +307,7 @@ def test_features_quick(tmp_path):
     rows = run_quick("features.py", tmp_path)
     assert {r["features"] for r in rows} == {"curve", "itervar", "per-store", "knob"}
     within = [r for r in rows if r["task"].startswith("within")]
-    assert len(within) == 9 and all(float(r["configs_per_s"]) > 0 for r in within)
+    assert len(within) == 12 and all(float(r["configs_per_s"]) > 0 for r in within)
 
 
 @pytest.mark.slow
