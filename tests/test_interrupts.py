@@ -25,6 +25,15 @@ from tensortune.tuning import Objective, _run_batches
 from tensortune.workloads import get_workload
 
 
+@pytest.fixture(autouse=True)
+def default_sigint():
+    """Python's own SIGINT handler for each test: a pytest started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then keeps it ignored."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.fixture
 def batch_setup(storage_url, fast_settings):
     """A fresh study with heartbeats, and an objective whose workers live for the test."""
