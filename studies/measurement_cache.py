@@ -298,3 +298,24 @@ def _copy(result: MeasureResult) -> MeasureResult:
         stage=result.stage,
         compile_seconds=result.compile_seconds,
     )
+
+
+def tune_cached(
+    workload: Any, target: dict[str, Any], cache: str | None, settings: Any, **tune_args: Any
+) -> Any:
+    """`tensortune.tune` of `workload` on `target` with `settings`, measuring through the
+    cache file `cache` (None: measuring everything afresh); the study records
+    `HITS_ATTR` / `MISSES_ATTR` when a cache was used. `tune_args` go to `tensortune.tune`."""
+    measurer = None
+    if cache is not None:
+        inner = Measurer(tensortune.templates.template_for(workload, target), target, settings)
+        measurer = CachedMeasurer(inner, cache)
+    try:
+        study = tensortune.tune(workload, target, settings=settings, measurer=measurer, **tune_args)
+    finally:
+        if measurer is not None:  # tune closes it too, except when it refused to start
+            measurer.close()
+    if measurer is not None:
+        study.set_user_attr(HITS_ATTR, measurer.hits)
+        study.set_user_attr(MISSES_ATTR, measurer.misses)
+    return study

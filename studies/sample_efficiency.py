@@ -56,14 +56,13 @@ from common import (
     study_name,
     workload_of,
 )
-from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer, check_cache
+from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_cached
 from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.measure import Measurer, MeasureSettings
 from tensortune.storage import best_summary
 from tensortune.target import target_spec
-from tensortune.templates import template_for
 
 #: The workload of --quick (a label of `common.QUICK_WORKLOADS`).
 QUICK_LABEL = "matmul-128"
@@ -139,33 +138,20 @@ def run_ours(
     """Tune with one of our tuners. With `cache` (a `measurement_cache` SQLite file; default
     None: none) configs measured before, by any tuner, are not measured again; the study's
     ``bench:cache_hits`` / ``bench:cache_misses`` say how many were reused / measured."""
-    workload = workload_of(label)
-    target = target_spec("llvm")
-    measurer = None
-    if cache is not None:
-        inner = Measurer(template_for(workload, target), target, SETTINGS)
-        measurer = CachedMeasurer(inner, cache)
     timed = TimedSampler(make_tuner(tuner, seed))
     start = time.perf_counter()
-    try:
-        study = tensortune.tune(
-            workload,
-            target,
-            n_trials=trials,
-            storage=storage,
-            study_name=study_name(label, tuner, seed, trials),
-            sampler=timed,
-            settings=SETTINGS,
-            show_progress=False,
-            measurer=measurer,
-        )
-    finally:
-        if measurer is not None:  # tune closes it too, except when it refused to start
-            measurer.close()
+    study = tune_cached(
+        workload_of(label),
+        target_spec("llvm"),
+        cache,
+        SETTINGS,
+        n_trials=trials,
+        storage=storage,
+        study_name=study_name(label, tuner, seed, trials),
+        sampler=timed,
+        show_progress=False,
+    )
     study.set_user_attr("bench:sampler_s", timed.seconds)
-    if measurer is not None:
-        study.set_user_attr(HITS_ATTR, measurer.hits)
-        study.set_user_attr(MISSES_ATTR, measurer.misses)
     study.set_user_attr(DONE, time.perf_counter() - start)
     return study
 

@@ -51,16 +51,15 @@ import time
 
 import optuna
 from common import DONE, SETTINGS, finished, first_trial, study_name, workload_of
-from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer, check_cache
+from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_cached
 from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
 
 import tensortune
 from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
-from tensortune.measure import Measurer
 from tensortune.sampler.transfer import project_config
 from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
-from tensortune.templates import CpuTemplate, template_for
+from tensortune.templates import CpuTemplate
 from tensortune.trial_records import trial_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -165,28 +164,17 @@ def timed_tune(
     With `cache` (a `measurement_cache` SQLite file; default None: none) configs measured
     before are not measured again, as in ``sample_efficiency.run_ours``; the study's
     ``bench:cache_hits`` / ``bench:cache_misses`` say how many were reused / measured."""
-    workload, target = workload_of(label), target_spec("llvm")
-    measurer = None
-    if cache is not None:
-        measurer = CachedMeasurer(Measurer(template_for(workload, target), target, SETTINGS), cache)
-    try:
-        study = tensortune.tune(
-            workload,
-            target,
-            n_trials=trials,
-            storage=storage,
-            study_name=name,
-            sampler=sampler,
-            settings=SETTINGS,
-            show_progress=False,
-            measurer=measurer,
-        )
-    finally:
-        if measurer is not None:  # tune closes it too, except when it refused to start
-            measurer.close()
-    if measurer is not None:
-        study.set_user_attr(HITS_ATTR, measurer.hits)
-        study.set_user_attr(MISSES_ATTR, measurer.misses)
+    study = tune_cached(
+        workload_of(label),
+        target_spec("llvm"),
+        cache,
+        SETTINGS,
+        n_trials=trials,
+        storage=storage,
+        study_name=name,
+        sampler=sampler,
+        show_progress=False,
+    )
     study.set_user_attr(DONE, time.perf_counter() - start)
     return study
 
