@@ -17,7 +17,7 @@ MAIN = ("costmodel", "tpe", "gp", "random", "metaschedule")
 #: The learned sampler (default settings) and the peer the pooled ratio divides by.
 OURS, PEER = "costmodel", "tpe"
 #: Checkpoints of the pooled ratio within the studies' trials, besides their last trial.
-POOLED_AT = (32, 64)
+POOLED_AT = (16, 32, 64)
 #: Bootstrap of the pooled ratio: resamples of the seed pairs and the generator's seed.
 RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -63,9 +63,14 @@ def tuner_order(tuner: str) -> tuple[int, str]:
 
 # -- the pooled ratio, trials to the best known, the goals --------------------------------------
 def value_at(row: dict, n: int) -> float | None:
-    """A study's best at `n` trials: its re-timed winner when `n` is its last trial, else its
-    best as measured during tuning; None where missing (e.g. not re-timed)."""
-    value = row.get("remeasured" if n == row["trials"] else f"best@{n}")
+    """A study's best at `n` trials: its re-timed winner when `n` is its last trial, else the
+    winner of its first `n` trials re-timed (``remeasured@n``) where it was, else its best as
+    measured during tuning; None where missing (e.g. not re-timed)."""
+    if n == row["trials"]:
+        value = row.get("remeasured")
+    else:
+        value = row.get(f"remeasured@{n}")
+        value = value if positive(value) else row.get(f"best@{n}")
     return float(value) if positive(value) else None
 
 
@@ -115,7 +120,7 @@ def pooled_table(rows: list[dict], ours: str = OURS, peer: str = PEER) -> str:
     trials = max(r["trials"] for r in rows)
     checkpoints = pooled_checkpoints(trials)
     head = ["workload", "seed pairs"]
-    head += [f"{ours} ÷ {peer} @{n} ({_source(n, trials)}) [95 %]" for n in checkpoints]
+    head += [f"{ours} ÷ {peer} @{n} ({_source(n, trials, rows)}) [95 %]" for n in checkpoints]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     groups = [(label, [r for r in rows if r["workload"] == label])
               for label in dict.fromkeys(r["workload"] for r in rows)]  # fmt: skip
@@ -135,8 +140,12 @@ def pooled_table(rows: list[dict], ours: str = OURS, peer: str = PEER) -> str:
     return "\n".join(lines)
 
 
-def _source(n: int, trials: int) -> str:
-    return "re-timed" if n == trials else "tuning-time"
+def _source(n: int, trials: int, rows: list[dict]) -> str:
+    """How `value_at` got the values at `n` trials of `OURS` and `PEER` in `rows`."""
+    pair = [r for r in rows if r["tuner"] in (OURS, PEER) and r["trials"] >= n]
+    if n == trials or (pair and all(positive(r.get(f"remeasured@{n}")) for r in pair)):
+        return "re-timed"
+    return "tuning-time"
 
 
 def trials_medians(rows: list[dict]) -> dict[str, tuple[float, int, int]]:
@@ -183,7 +192,7 @@ def goals(rows: list[dict]) -> list[tuple[str, str, str]]:
             out.append((goal, NOT_MEASURED, f"no seed pairs at {n} trials"))
             continue
         ok = found["geomean"] >= level and found["low"] > 1.0
-        numbers = f"{_ratio_cell(found)} over {found['pairs']} pairs, {_source(n, trials)}"
+        numbers = f"{_ratio_cell(found)} over {found['pairs']} pairs, {_source(n, trials, rows)}"
         out.append((goal, MET if ok else NOT_MET, numbers))
     out.append(_beats_medians(rows, trials))
     out.append(_worst_seed(rows, trials))
@@ -231,7 +240,7 @@ def _beats_medians(rows: list[dict], trials: int) -> tuple[str, str, str]:
             elif ours < statistics.median(values[peer]):
                 peer_median = statistics.median(values[peer])
                 losses.append(f"{label}: {ours:.0f} < {peer} {peer_median:.0f}")
-    numbers = f"{_source(64, trials)} GFLOP/s; "
+    numbers = f"{_source(64, trials, rows)} GFLOP/s; "
     numbers += "loses on " + ", ".join(losses) if losses else f"wins all {len(by_label)}"
     if missing:
         numbers += "; missing: " + ", ".join(missing)
@@ -248,7 +257,7 @@ def _worst_seed(rows: list[dict], trials: int) -> tuple[str, str, str]:
         return goal, NOT_MEASURED, "no workload with both at 64 trials or more"
     low = [f"{label} {x:.2f}×" for label, x in ratios.items() if x < 0.8]
     worst = min(ratios, key=lambda label: ratios[label])
-    numbers = f"worst {worst} {ratios[worst]:.2f}× ({_source(64, trials)})"
+    numbers = f"worst {worst} {ratios[worst]:.2f}× ({_source(64, trials, rows)})"
     if low:
         numbers += "; below 0.8×: " + ", ".join(low)
     missing = [label for label in by_label or {} if label not in ratios]

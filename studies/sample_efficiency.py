@@ -56,6 +56,7 @@ from common import (
     study_name,
     workload_of,
 )
+from efficiency_goals import POOLED_AT
 from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_cached
 from results_io import best_so_far, write_csv
 
@@ -202,23 +203,49 @@ def run_metaschedule(label: str, seed: int, trials: int, storage: str) -> optuna
 
 def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
     """Re-time each study's best kernel and the vendor, interleaved over rounds; stores the
-    median GFLOP/s (`RETIMED`, and `RETIMED_VENDOR` where the studies had a vendor)."""
+    median GFLOP/s (`RETIMED`, and `RETIMED_VENDOR` where the studies had a vendor). Our
+    tuners' winners of their first n trials, for each of `efficiency_goals.POOLED_AT` below
+    the study's trials, are re-timed in the same rounds (`RETIMED` + ``@n``), so that the
+    pooled ratio at those checkpoints compares re-timed kernels too."""
     workload = workload_of(label)
     kernels: dict[str, tuple[object, dict]] = {}
     for tuner, study in studies.items():
         if tuner == "metaschedule":
             script = {"script": study.user_attrs["bench:best_script"]}
             kernels[tuner] = (metaschedule_peer.ScriptTemplate(workload), script)
-        else:
-            kernels[tuner] = (tensortune.CpuTemplate(workload), best_summary(study)["config"])
+            continue
+        best = best_summary(study)["config"]
+        kernels[tuner] = (tensortune.CpuTemplate(workload), best)
+        for n, config in early_winners(study).items():
+            if config != best:
+                kernels[f"{tuner}@{n}"] = (tensortune.CpuTemplate(workload), config)
     library = next((s.user_attrs["vendor_library"] for s in studies.values()
                     if "vendor_library" in s.user_attrs), None)  # fmt: skip
     seconds = retime(kernels, target_spec("llvm"), RETIME, RETIME_ROUNDS, library)
     for tuner, study in studies.items():
         if tuner in seconds:
             study.set_user_attr(RETIMED, workload.flop_count / seconds[tuner] / 1e9)
+        if tuner != "metaschedule":
+            for n in early_winners(study):
+                # The same kernel as the final winner: the same re-timing.
+                found = seconds.get(f"{tuner}@{n}", seconds.get(tuner))
+                if found:
+                    study.set_user_attr(f"{RETIMED}@{n}", workload.flop_count / found / 1e9)
         if VENDOR in seconds and study.user_attrs.get("vendor_library") == library:
             study.set_user_attr(RETIMED_VENDOR, workload.flop_count / seconds[VENDOR] / 1e9)
+
+
+def early_winners(study: optuna.Study) -> dict[int, dict]:
+    """The config of the best trial among the first n, for each n of
+    `efficiency_goals.POOLED_AT` below the study's trial count (none where no trial so far
+    succeeded)."""
+    trials = sorted(study.trials, key=lambda t: t.number)
+    found = {}
+    for n in POOLED_AT:
+        done = [t for t in trials[:n] if t.state == optuna.trial.TrialState.COMPLETE]
+        if n < len(trials) and done:
+            found[n] = dict(max(done, key=lambda t: t.value or 0.0).params)
+    return found
 
 
 def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[dict, list[dict]]:
@@ -238,6 +265,9 @@ def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[d
         if n <= len(curve):
             row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1)
     row["remeasured"] = round(attrs[RETIMED], 1) if RETIMED in attrs else ""
+    for n in POOLED_AT:
+        if n < len(curve):  # the winner of the first n trials, re-timed ('' where it was not)
+            row[f"remeasured@{n}"] = round(attrs.get(f"{RETIMED}@{n}", 0.0), 1) or ""
     # The vendor re-timed with the winners ('' for studies from before it was stored).
     row["remeasured_vendor"] = round(attrs[RETIMED_VENDOR], 1) if RETIMED_VENDOR in attrs else ""
     row["wall_s"] = round(attrs[DONE], 1)

@@ -95,6 +95,10 @@ def test_sample_efficiency_quick(tmp_path):
     assert ", re-timed) |" in summary  # every study's ratios divide by that reading
     # Our tuners went through the cache (MetaSchedule keeps its runner): 32 configs each.
     assert [r["cache_hits"] != "" for r in rows] == [True, True, False]
+    # Our tuners' winners of their first 16 trials were re-timed too (MetaSchedule keeps
+    # only its final winner).
+    assert [r["remeasured@16"] != "" for r in rows] == [True, True, False]
+    assert all(float(r["remeasured@16"]) > 0 for r in rows[:2])
     assert all(int(r["cache_hits"]) + int(r["cache_misses"]) == 32 for r in rows[:2])
     # A second run finds every study finished in --work and measures nothing.
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -217,10 +221,16 @@ def test_efficiency_pooled_ratio_and_its_interval():
     assert goals.pooled_ratio(rows, 64)["geomean"] == pytest.approx(2.0)
     table = goals.pooled_table(rows).splitlines()
     assert table[0].split(" | ")[2:] == [
-        "costmodel ÷ tpe @32 (tuning-time) [95 %]", "costmodel ÷ tpe @64 (re-timed) [95 %] |"
+        "costmodel ÷ tpe @16 (tuning-time) [95 %]", "costmodel ÷ tpe @32 (tuning-time) [95 %]",
+        "costmodel ÷ tpe @64 (re-timed) [95 %] |",
     ]  # fmt: skip
-    assert table[2] == "| a | 1 | 3.00 [3.00, 3.00] | 2.00 [2.00, 2.00] |"
+    assert table[2] == "| a | 1 | 2.00 [2.00, 2.00] | 3.00 [3.00, 3.00] | 2.00 [2.00, 2.00] |"
     assert table[3].startswith("| all (pooled) | 1 |")
+    # Where the winners of the first 32 trials were re-timed, those values count instead.
+    rows[0]["remeasured@32"], rows[1]["remeasured@32"] = 150.0, 100.0
+    assert goals.pooled_ratio(rows, 32)["geomean"] == pytest.approx(1.5)
+    header = goals.pooled_table(rows).splitlines()[0]
+    assert "@32 (re-timed)" in header and "@16 (tuning-time)" in header
 
 
 def test_efficiency_trials_to_the_best_known():
