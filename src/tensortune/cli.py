@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="STUDY",
         help="costmodel: warm-start from this prior study of any workload on the same target; "
-        "repeat for several (default: none, a cold start)",
+        "repeat for several, or 'auto': the studies of this target in --transfer-storage, "
+        "nearest program first, at most 4 (default: none, a cold start)",
     )
     tune.add_argument(
         "--transfer-storage",
@@ -186,7 +187,9 @@ def _print_summary(summary: dict) -> None:
 
 def _tune(args: argparse.Namespace) -> None:
     from tensortune.measure import MeasureSettings
-    from tensortune.storage import best_summary, load_study, open_storage
+    from tensortune.sampler.transfer import AUTO, find_sources
+    from tensortune.storage import best_summary, load_study, open_storage, target_key
+    from tensortune.target import target_spec
     from tensortune.tuning import tune
     from tensortune.workloads import parse_shape
 
@@ -197,8 +200,16 @@ def _tune(args: argparse.Namespace) -> None:
         raise TensortuneError("--transfer-storage holds --transfer-from studies: give those too")
     workload = parse_shape(args.workload, args.shape)
     device = _rpc_device(args)
-    sources = []
-    if args.transfer_from:
+    sources: list | str = []
+    if AUTO in args.transfer_from and len(args.transfer_from) > 1:
+        raise TensortuneError("--transfer-from auto finds the studies itself: give no others")
+    if args.transfer_from == [AUTO] and args.transfer_storage is None:
+        sources = AUTO  # found in --storage once it is open (tensortune.tune)
+    elif args.transfer_from == [AUTO]:
+        source_db = open_storage(args.transfer_storage, must_exist=True)
+        spec = target_key(target_spec(args.target))
+        sources = [s for s, _ in find_sources(source_db, workload, spec)]
+    elif args.transfer_from:
         source_db = open_storage(args.transfer_storage or args.storage, must_exist=True)
         sources = [load_study(source_db, name) for name in args.transfer_from]
     settings = MeasureSettings(

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 #: The progress plot's id: saving under the same id replaces it, so it stays current.
 PROGRESS_PLOT_ID = "tensortune-progress"
+#: The id of a warm-started study's plot of its sources' weight per model round.
+SOURCE_WEIGHTS_PLOT_ID = "tensortune-source-weights"
 
 #: File names of the best kernel's artifacts: its scheduled TIR and the code TVM generated.
 KERNEL_TIR, KERNEL_CODE = "kernel_tir.py", "kernel_code.txt"
@@ -51,7 +53,50 @@ def study_note(study: optuna.Study, sampler: optuna.samplers.BaseSampler) -> str
     lines.append(f"- **sampler** `{type(sampler).__name__}` {_sampler_settings(sampler)}")
     if attrs.get("transfer_sources"):
         lines.append(f"- **transfer from** {', '.join(attrs['transfer_sources'])}")
+        rounds = source_weight_rounds(study)
+        if rounds:
+            last = max(r for history in rounds.values() for r, _ in history)
+            weights = ", ".join(
+                f"`{key}` {dict(history).get(last, 0.0):.2f}" for key, history in rounds.items()
+            )
+            lines.append(
+                f"- **source weights** in round {last} (one source row next to a study row's "
+                f"1): {weights}"
+            )
     return "\n".join(lines) + "\n"
+
+
+def source_weight_rounds(study: optuna.Study) -> dict[str, list[tuple[int, float]]]:
+    """Per source workload, ``(round, weight)`` of each model round of a warm-started
+    `tensortune.CostModelSampler`, read from its trials' ``tensortune:proposal`` attrs; empty
+    for a cold study or another sampler."""
+    from tensortune.trial_records import PROPOSAL_ATTR
+
+    rounds: dict[str, dict[int, float]] = {}
+    for trial in study.get_trials(deepcopy=False):
+        proposal = trial.system_attrs.get(PROPOSAL_ATTR) or {}
+        for key, weight in (proposal.get("source_weights") or {}).items():
+            rounds.setdefault(key, {})[int(proposal.get("round", 0))] = float(weight)
+    return {key: sorted(history.items()) for key, history in rounds.items()}
+
+
+def source_weights_figure(study: optuna.Study) -> go.Figure | None:
+    """The weight of each source workload's rows per model round (`source_weight_rounds`);
+    None for a study without them."""
+    rounds = source_weight_rounds(study)
+    if not rounds:
+        return None
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for key, history in rounds.items():
+        figure.add_trace(go.Scatter(x=[r for r, _ in history], y=[w for _, w in history], name=key))
+    figure.update_layout(
+        title="weight of a source row next to a study row's 1, per model round",
+        xaxis_title="model round",
+        yaxis_title="weight",
+    )
+    return figure
 
 
 def _sampler_settings(sampler: optuna.samplers.BaseSampler) -> str:
@@ -108,12 +153,17 @@ def publish_note(study: optuna.Study, sampler: optuna.samplers.BaseSampler) -> N
 
 
 def publish_progress(study: optuna.Study) -> None:
-    """Save (or replace) the study's progress plot; nothing before the first result."""
+    """Save (or replace) the study's progress plot; nothing before the first result. A
+    warm-started study also gets its sources' weights per round plotted and in its note."""
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return
     from optuna_dashboard import save_plotly_graph_object
 
     save_plotly_graph_object(study, progress_figure(study), graph_object_id=PROGRESS_PLOT_ID)
+    weights = source_weights_figure(study)
+    if weights is not None:
+        save_plotly_graph_object(study, weights, graph_object_id=SOURCE_WEIGHTS_PLOT_ID)
+        publish_note(study, study.sampler)
 
 
 def default_artifact_dir(storage: str | None) -> str | None:

@@ -26,7 +26,7 @@ from tensortune.dashboard import (
 )
 from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureResult, MeasurerLike, MeasureSettings, RpcDevice
-from tensortune.sampler.transfer import check_sources
+from tensortune.sampler.transfer import AUTO, check_sources, find_sources
 from tensortune.storage import (
     TrialHeartbeats,
     create_study,
@@ -165,7 +165,7 @@ def make_sampler(
     batch_size: int = 8,
     acquisition: str | None = None,
     loss: str | None = None,
-    source_studies: Sequence[optuna.Study] = (),
+    source_studies: Sequence[optuna.Study] | str = (),
     cost_model: str | None = None,
 ) -> optuna.samplers.BaseSampler:
     """An Optuna sampler by name, seeded with `seed` (default None: unseeded).
@@ -181,7 +181,8 @@ def make_sampler(
             ``ucb``); costmodel only. Default None (``mean``).
         loss: One of `tensortune.cost_model.LOSSES` (``rank`` or ``reg``); costmodel only.
             Default None (``rank``).
-        source_studies: Prior studies that warm-start the cost model; costmodel only.
+        source_studies: Prior studies that warm-start the cost model, or ``"auto"`` to find
+            them in the study's storage (see `tensortune.CostModelSampler`); costmodel only.
             Default ``()``: a cold start.
         cost_model: One of `tensortune.cost_model.COST_MODELS` (``xgb`` or ``treegru``, which
             needs PyTorch); costmodel only. Default None (``xgb``).
@@ -338,9 +339,14 @@ def tune(
     folder = artifact_dir or default_artifact_dir(storage)
     if folder:
         check_artifact_dir(folder)  # now, not after the study was created
-    sources = list(getattr(sampler, "source_studies", ()))
-    check_sources(sources, target_key(spec), name)  # before anything is written
+    sources = getattr(sampler, "source_studies", ())
+    if sources != AUTO:
+        check_sources(list(sources), target_key(spec), name)  # before anything is written
     db = open_storage(storage, heartbeat=True)  # workers that die leave no trial RUNNING
+    if sources == AUTO:
+        found = find_sources(db, workload, target_key(spec), exclude=name)
+        sources = [source for source, _ in found]
+        sampler.source_studies = sources  # type: ignore[attr-defined]
     study = find_study(db, name, workload, spec)
     with Objective(
         workload, spec, settings, template=template, device=device, measurer=measurer

@@ -15,13 +15,23 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
+from tensortune.cost_model import (
+    ACQUISITIONS,
+    COST_MODELS,
+    DEFAULT_COST_MODEL,
+    LOSSES,
+    make_cost_model,
+)
 from tensortune.errors import TensortuneError
 from tensortune.sampler.history import History, KnobSpace, read_history
 from tensortune.sampler.proposals import SEARCHES, RoundSettings, evolve_sizes, propose_round
 from tensortune.sampler.transfer import (
+    AUTO,
+    SOURCE_WEIGHTINGS,
     SourceRows,
     check_sources,
+    find_sources,
+    fit_judges,
     load_sources,
     project_config,
 )
@@ -32,6 +42,7 @@ if TYPE_CHECKING:
     from tensortune.cost_model import CostModel
     from tensortune.features import FeatureExtractor
     from tensortune.templates import Template
+    from tensortune.workloads import Workload
 
 
 class CostModelSampler(BaseSampler):
@@ -48,8 +59,13 @@ class CostModelSampler(BaseSampler):
 
     Prior studies (``source_studies``) warm-start it: their measured configs, encoded with the
     same operator-independent features, train the model next to the study's own, so the model
-    proposes from the first trial instead of after ``n_startup_trials`` random ones. Their
-    weight halves every ``source_half_life`` trials of the study's own. Their best configs,
+    proposes from the first trial; every other trial of the first ``n_startup_trials`` still
+    comes from the space-filling design, so that the study can judge its sources on configs
+    they did not choose. Their weight halves every ``source_half_life`` trials of the study's
+    own and, with ``source_weighting="evidence"``, follows how well each source ranks the
+    study's own measured configs, down to nothing for one that misleads; once all weigh
+    nothing, the study goes on as a cold one (the rest of the design, the cold feature set).
+    Their best configs,
     moved into the study's knob space where the knobs match, start annealing chains until the
     study has enough good configs of its own.
 
@@ -107,7 +123,12 @@ class CostModelSampler(BaseSampler):
             131 and 85 against 46 GFLOP/s at 32 trials), refining the incumbents as
             MetaSchedule's evolutionary search does.
         source_studies: Prior tensortune studies to learn from, from any storage, of any
-            workload measured on the study's target. Default ``()``: a cold start. They are
+            workload measured on the study's target, or ``"auto"``: those of the study's own
+            storage, nearest program first (`tensortune.sampler.transfer.find_sources`, at
+            most `tensortune.sampler.transfer.AUTO_SOURCES`), found when the study's first
+            config is asked for (`tensortune.tune` finds them before it starts, and keeps
+            their names in the study's ``transfer_sources`` user attr). Default ``()``: a cold
+            start. They are
             read, never written, when the first proposal is made; one on another target, with
             no completed trial, or not made by tensortune raises `TensortuneError` then (and
             `tensortune.tune` checks them before it creates its study).
@@ -115,6 +136,14 @@ class CostModelSampler(BaseSampler):
             halved. Default 32.0: on held-out configs of five workloads
             (``studies/transfer_model.py``) half-lives from 8 to infinity ranked alike up to
             32 local trials, and 32 leaves the sources a quarter of a local row's weight at 64.
+        source_weighting: How source rows weigh, one of
+            `tensortune.sampler.transfer.SOURCE_WEIGHTINGS`. Default ``"evidence"``: once the
+            study measured `tensortune.sampler.transfer.MIN_EVIDENCE` configs, a model of each
+            source workload alone ranks them, and the source keeps its decayed weight in
+            proportion to that ranking's Kendall tau (full from
+            `tensortune.sampler.transfer.FULL_TAU`, none at or below 0), so a source that
+            misleads stops counting; ``"decay"``: the half-life alone. Each round's weights
+            are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
         source_starts: How many of the sources' best configs (see
             `tensortune.sampler.transfer.project_config`) may start annealing chains while the
             study has fewer good configs of its own than restart slots. Default 16, the
@@ -141,8 +170,9 @@ class CostModelSampler(BaseSampler):
         n_chains: int = 32,
         anneal_steps: int = 8,
         restart_share: float = 0.5,
-        source_studies: Sequence[optuna.Study] = (),
+        source_studies: Sequence[optuna.Study] | str = (),
         source_half_life: float = 32.0,
+        source_weighting: str = SOURCE_WEIGHTINGS[0],
         source_starts: int = 16,
         seed: int | None = None,
     ) -> None:
@@ -159,6 +189,7 @@ class CostModelSampler(BaseSampler):
             ("search", search, SEARCHES),
             ("loss", loss, LOSSES),
             ("acquisition", acquisition, ACQUISITIONS),
+            ("source_weighting", source_weighting, SOURCE_WEIGHTINGS),
         ):
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
@@ -177,10 +208,13 @@ class CostModelSampler(BaseSampler):
                 raise ValueError(f"{name} must be within [0, 1], got {share}")
         if not source_half_life > 0:
             raise ValueError(f"source_half_life must be positive, got {source_half_life}")
-        if isinstance(source_studies, optuna.Study) or not all(
-            isinstance(s, optuna.Study) for s in source_studies
+        if source_studies != AUTO and (
+            isinstance(source_studies, (optuna.Study, str))
+            or not all(isinstance(s, optuna.Study) for s in source_studies)
         ):
-            raise ValueError("source_studies must be a sequence of optuna.Study objects")
+            raise ValueError(
+                f"source_studies must be a sequence of optuna.Study objects or {AUTO!r}"
+            )
         self.template = template
         self._feature_choice = feature_set
         self.cost_model = cost_model
@@ -199,10 +233,14 @@ class CostModelSampler(BaseSampler):
             anneal_steps=anneal_steps,
             restart_share=restart_share,
             source_half_life=source_half_life,
+            source_weighting=source_weighting,
             cost_model=cost_model,
             search=search,
         )
-        self.source_studies = list(source_studies)
+        #: The prior studies, or `AUTO` until they are found.
+        self.source_studies: list[optuna.Study] | str = (
+            AUTO if isinstance(source_studies, str) else list(source_studies)
+        )
         self.source_starts = source_starts
         self.seed = seed
         self._rng = np.random.default_rng(seed)
@@ -217,7 +255,11 @@ class CostModelSampler(BaseSampler):
         self._fitted_at = -1
         self._round = 0
         self._sources: SourceRows | None = None
+        self._judges: list[CostModel | None] | None = None
+        self._dropped = False
         self._model: CostModel | None = None
+        #: Per source workload, the weight of its rows in the last model round.
+        self.last_source_weights: dict[str, float] = {}
         #: Wall time per phase of the last model round (for benchmarks and the curious).
         self.last_round_seconds: dict[str, float] = {}
 
@@ -252,12 +294,14 @@ class CostModelSampler(BaseSampler):
                     # Processes with one seed draw in lockstep and would collide again: the
                     # trial number sets them apart.
                     self._rng = np.random.default_rng([self.seed or 0, trial.number, attempt])
-                indices, source, score = self._next_config(study, fresh=attempt > 0)
+                indices, source, score = self._next_config(study, trial.number, attempt > 0)
                 assert self._space is not None
                 config = self._space.decode(indices)
                 proposal: dict[str, Any] = {"source": source, "round": self._round}
                 if np.isfinite(score):
                     proposal["score"] = round(float(score), 4)
+                if self.last_source_weights:  # those of the last round, by source workload
+                    proposal["source_weights"] = self.last_source_weights
                 claim_config(study, trial, config, proposal)
                 if not claimed_by_another(study, trial, config):
                     break
@@ -298,12 +342,15 @@ class CostModelSampler(BaseSampler):
         from tensortune.templates import template_for
 
         workload = study_workload(study)
+        self._find_sources(study, workload)
         if self._workload_key != workload.key:  # another study: start over
             self._workload_key = workload.key
             self._reset(template_for(workload, study_target(study)))
         return self._extractor.template if self._extractor else None
 
-    def _reset(self, template: Template) -> None:
+    def _reset(self, template: Template, drop_sources: bool = False) -> None:
+        """Start over on `template`; with `drop_sources`, as a cold study (the sources all
+        weigh nothing: the rest of the start-up design, the cold feature set)."""
         from tensortune.features import FeatureExtractor
         from tensortune.templates import CpuTemplate
 
@@ -312,7 +359,7 @@ class CostModelSampler(BaseSampler):
             # Prior studies of another shape taught the model more through program features:
             # warm proposals for matmul 128 from a 192x96x160 study re-timed at a median 44-56
             # GFLOP/s with curve features against 30 with knob features (16 configs each).
-            knob = cpu_xgb and not self.source_studies
+            knob = cpu_xgb and (drop_sources or not self.source_studies)
             self.feature_set = "knob" if knob else COST_MODELS[self.cost_model]
         self.settings = dataclasses.replace(
             self.settings, evolution=evolve_sizes(self.feature_set == "knob")
@@ -324,13 +371,18 @@ class CostModelSampler(BaseSampler):
         self._chains = None
         self._fitted_at = -1
         self._sources = None
+        self._judges = None
         self._model = None
+        self._dropped = drop_sources
+        self.last_source_weights = {k: 0.0 for k in self.last_source_weights if drop_sources}
 
     def _next_config(
-        self, study: optuna.Study, fresh: bool = False
+        self, study: optuna.Study, number: int, fresh: bool = False
     ) -> tuple[tuple[int, ...], str, float]:
+        """The config for trial `number`, where it came from, and its acquisition score."""
         if self._space is None:
             assert self.template is not None
+            self._find_sources(study, self.template.workload)
             self._reset(self.template)
         assert self._space is not None
         history = read_history(study, self._space, fresh=fresh)
@@ -338,21 +390,47 @@ class CostModelSampler(BaseSampler):
         warm = self._source_rows(study) is not None
         if not warm and (n_measured < self.n_startup_trials or n_measured < 2):
             return self._startup_config(history.taken), "startup", float("nan")
+        if warm and n_measured < self.n_startup_trials and number % 2:
+            # Every other early trial of a warm start is the cold start's: configs the sources
+            # did not choose, on which their ranking can be judged fairly.
+            return self._startup_config(history.taken), "startup", float("nan")
         stale = history.n_finished >= self._fitted_at + self.settings.batch_size
         while True:
             if not self._queue or stale:
                 self._queue.clear()
                 self._propose(history)
                 stale = False
+                silent = self.last_source_weights and not any(self.last_source_weights.values())
+                if silent and not self._dropped:
+                    # Every source ranks the study's own configs no better than chance, or
+                    # reversed: go on as a cold study would.
+                    assert self._extractor is not None
+                    self._reset(self._extractor.template, drop_sources=True)
+                    return self._next_config(study, number, fresh)
             if not self._queue:
                 return self._random_config(history.taken), "random", float("nan")
             indices, source, score = self._queue.popleft()
             if indices not in history.taken:
                 return indices, source, score
 
+    def _find_sources(self, study: optuna.Study, workload: Workload) -> None:
+        """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
+        the study's own storage (none where the study records no target)."""
+        if self.source_studies != AUTO:
+            return
+        target = study.user_attrs.get("target")
+        # No public way from a Study to its storage; Optuna's own code reads it so.
+        if target is None:
+            self.source_studies = []
+            return
+        found = find_sources(study._storage, workload, target, exclude=study.study_name)
+        self.source_studies = [source for source, _ in found]
+
     def _source_rows(self, study: optuna.Study) -> SourceRows | None:
         """The source studies' rows, read once per sampler; None without sources."""
-        if not self.source_studies:
+        if self.source_studies == AUTO and self.template is not None:
+            self._find_sources(study, self.template.workload)
+        if not self.source_studies or isinstance(self.source_studies, str) or self._dropped:
             return None
         if self._sources is None:
             target = study.user_attrs.get("target")
@@ -386,7 +464,13 @@ class CostModelSampler(BaseSampler):
             prior_starts=self._prior_starts(),
             # A model that warm-starts (the TreeGRU) goes on from its last fit; others are new.
             model=self._model if self._model is not None and self._model.warm_start else None,
+            judges=self._source_judges(),
         )
+        if self._sources is not None:
+            self.last_source_weights = {
+                key: round(float(w), 4)
+                for key, w in zip(self._sources.workloads, result.source_weights, strict=True)
+            }
         self._model = result.model
         self._chains = result.states
         self._fitted_at = history.n_finished
@@ -395,9 +479,26 @@ class CostModelSampler(BaseSampler):
         for row, source, score in zip(result.configs, result.sources, result.scores, strict=True):
             self._queue.append((tuple(int(v) for v in row), source, float(score)))
 
+    def _source_judges(self) -> list[CostModel | None]:
+        """One model per source workload, fit on its rows alone once per study, that the
+        ``"evidence"`` weighting ranks the study's own configs with; none otherwise."""
+        if self._sources is None or self.settings.source_weighting != "evidence":
+            return []
+        if self._judges is None:
+            settings, seed = self.settings, self.seed or 0
+            # One member each: a judge only orders configs, it needs no spread.
+            self._judges = fit_judges(
+                self._sources,
+                lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed),
+            )
+        return self._judges
+
     def _prior_starts(self) -> np.ndarray | None:
-        """The sources' best configs that fit this study's knobs, as indices."""
+        """The sources' best configs that fit this study's knobs, as indices; none once every
+        source's weight fell to nothing."""
         if self._sources is None or not self.source_starts:
+            return None
+        if self.last_source_weights and not any(self.last_source_weights.values()):
             return None
         assert self._space is not None
         rows: list[tuple[int, ...]] = []

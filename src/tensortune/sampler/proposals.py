@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
-from tensortune.sampler.transfer import SourceRows, source_weight
+from tensortune.sampler.transfer import SourceRows, judge_taus, source_weights
 from tensortune.search import (
     AnnealResult,
     anneal,
@@ -41,6 +41,7 @@ class RoundSettings:
     anneal_steps: int
     restart_share: float
     source_half_life: float = 32.0
+    source_weighting: str = "evidence"
     cost_model: str = "xgb"
     search: str = "anneal"
     #: `tensortune.search.evolve`'s sizes per round: (n_fresh, population, children,
@@ -72,6 +73,8 @@ class Round:
         seconds: Wall time per phase: ``features``, ``fit``, ``search``, ``select``.
         n_scored: Configs the annealer scored (cached features included).
         model: The fitted cost model, for the next round to go on from.
+        source_taus: `Fit.source_taus` of the round's fit (empty without sources).
+        source_weights: `Fit.source_weights` of the round's fit (empty without sources).
     """
 
     configs: np.ndarray
@@ -81,6 +84,29 @@ class Round:
     seconds: dict[str, float]
     n_scored: int
     model: CostModel | None = None
+    source_taus: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
+    source_weights: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """A fitted cost model and what it was fitted on.
+
+    Attributes:
+        model: The fitted cost model.
+        rows: The study's own feature rows it saw (unschedulable configs left out).
+        targets: Their scaled targets.
+        source_taus: Per source workload, how well its judge ranks ``rows`` (NaN: not yet);
+            empty without sources.
+        source_weights: Per source workload, the weight of one of its rows next to a local
+            row's 1 (`tensortune.sampler.transfer.source_weights`); empty without sources.
+    """
+
+    model: CostModel
+    rows: np.ndarray
+    targets: np.ndarray
+    source_taus: np.ndarray
+    source_weights: np.ndarray
 
 
 def fit_cost_model(
@@ -90,15 +116,18 @@ def fit_cost_model(
     seed: int,
     prior: SourceRows | None = None,
     model: CostModel | None = None,
-) -> tuple[CostModel, np.ndarray, np.ndarray]:
-    """The cost model fit on the measured configs and the `prior` studies' rows; also returns
-    the study's own feature rows and scaled targets (rows the template can't schedule are left
-    out). A `model` from an earlier round is fit again (the TreeGRU goes on from its weights);
-    default None: a fresh ``settings.cost_model``.
+    judges: Sequence[CostModel | None] = (),
+) -> Fit:
+    """The cost model fit on the measured configs and the `prior` studies' rows. A `model`
+    from an earlier round is fit again (the TreeGRU goes on from its weights); default None: a
+    fresh ``settings.cost_model``.
 
     Each source workload is its own rank query and its rows weigh
-    `tensortune.sampler.transfer.source_weight` of a local row's weight, which falls as the
-    study measures more of its own."""
+    `tensortune.sampler.transfer.source_weights` of a local row's weight
+    (``settings.source_weighting``): a decay as the study measures more of its own, times,
+    with ``"evidence"``, how well that source's `judges` (one model per source workload,
+    `tensortune.sampler.transfer.fit_judges`; default none: no evidence) rank the study's own
+    configs."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
@@ -107,15 +136,19 @@ def fit_cost_model(
         model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
     if prior is None or not len(prior):
         model.fit(X, y)
-        return model, X, y
-    weight = source_weight(len(history.values), settings.source_half_life)
+        return Fit(model, X, y, np.empty(0), np.empty(0))
+    taus = judge_taus(judges, X, y) if judges else np.full(len(prior.workloads), np.nan)
+    n_local = len(history.values)
+    weights = source_weights(taus, n_local, settings.source_half_life, settings.source_weighting)
+    row_weights = weights[prior.groups - 1]  # groups count from 1
+    kept = row_weights > 0  # a source with no weight is left out, not fit at weight 0
     model.fit(
-        np.vstack([X, prior.features]),
-        np.concatenate([y, prior.targets]),
-        groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups]),
-        sample_weight=np.concatenate([np.ones(len(y)), np.full(len(prior), weight)]),
+        np.vstack([X, prior.features[kept]]),
+        np.concatenate([y, prior.targets[kept]]),
+        groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups[kept]]),
+        sample_weight=np.concatenate([np.ones(len(y)), row_weights[kept]]),
     )
-    return model, X, y
+    return Fit(model, X, y, taus, weights)
 
 
 def chain_starts(
@@ -159,15 +192,18 @@ def propose_round(
     prior: SourceRows | None = None,
     prior_starts: np.ndarray | None = None,
     model: CostModel | None = None,
+    judges: Sequence[CostModel | None] = (),
 ) -> Round:
-    """Fit (on the study's history and the `prior` studies' rows; `model` from the last
-    round, or a fresh one), search (``settings.search``: evolve from the measured best and
-    `prior_starts`, or anneal from `chains` and `prior_starts`, see `chain_starts`), and
-    select `settings.batch_size` configs never taken."""
+    """Fit (on the study's history and the `prior` studies' rows, weighed with `judges`, see
+    `fit_cost_model`; `model` from the last round, or a fresh one), search
+    (``settings.search``: evolve from the measured best and `prior_starts`, or anneal from
+    `chains` and `prior_starts`, see `chain_starts`), and select `settings.batch_size` configs
+    never taken."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
-    model, train_rows, _ = fit_cost_model(history, featurize, settings, seed, prior, model)
+    fit = fit_cost_model(history, featurize, settings, seed, prior, model, judges)
+    model, train_rows = fit.model, fit.rows
     seconds["fit"] = model.fit_seconds_
     seconds["features"] = time.perf_counter() - start - model.fit_seconds_
 
@@ -193,7 +229,10 @@ def propose_round(
     else:
         result = _anneal(history, sizes, score, settings, n_keep, chains, rng, prior_starts)
     seconds["search"] = time.perf_counter() - start
-    return _select(history, sizes, settings, result, rng, seconds, model)
+    found = _select(history, sizes, settings, result, rng, seconds, model)
+    return dataclasses.replace(
+        found, source_taus=fit.source_taus, source_weights=fit.source_weights
+    )
 
 
 def _anneal(

@@ -7,12 +7,18 @@ or a matmul study. Throughputs are scaled per source workload (to its best) and,
 loss, compared only within their workload, so that no two workloads need a common scale.
 
 Source trials stay in their own studies: they are read, never copied into the new study.
+
+How much a source counts follows the evidence (`source_weights`): once the study has measured
+`MIN_EVIDENCE` configs of its own, a model trained on one source workload alone (its judge,
+`fit_judges`) ranks them, and the source weighs in proportion to that ranking's Kendall tau,
+down to nothing for a source whose ranking is no better than chance or reversed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +29,19 @@ from tensortune.errors import TensortuneError
 from tensortune.sampler.history import KnobSpace, read_history, training_targets
 
 if TYPE_CHECKING:
+    from tensortune.cost_model import CostModel
     from tensortune.templates.knobs import ChoiceKnob
+    from tensortune.workloads import Workload
+
+#: How source rows weigh next to the study's own; the first is the default. ``"evidence"``:
+#: the `source_weight` decay times how well each source ranks the study's own measured configs
+#: (`source_weights`); ``"decay"``: the decay alone, whatever the source's ranking.
+SOURCE_WEIGHTINGS = ("evidence", "decay")
+#: The study's own measured configs before a source's ranking of them counts: with fewer, one
+#: swapped pair moves Kendall's tau by more than 0.05 and the decay alone decides.
+MIN_EVIDENCE = 8
+#: The Kendall tau at and above which a source keeps its full (decayed) weight.
+FULL_TAU = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,3 +182,146 @@ def source_weight(n_local: int, half_life: float) -> float:
     """Weight of one source row next to a local row's 1 after `n_local` local measurements:
     halved every `half_life` of them (AutoTVM halved its history model's margin every 64)."""
     return float(0.5 ** (n_local / half_life))
+
+
+def fit_judges(prior: SourceRows, make_model: Callable[[], CostModel]) -> list[CostModel | None]:
+    """One cost model per source workload of `prior`, trained on that workload's rows alone
+    (`make_model` makes a fresh one), in group order; None for a workload whose rows cannot
+    rank anything (fewer than two, or all alike). Fit once per study: the sources do not
+    change."""
+    judges: list[CostModel | None] = []
+    for group in range(1, len(prior.workloads) + 1):
+        mine = prior.groups == group
+        if mine.sum() < 2 or np.ptp(prior.targets[mine]) == 0:
+            judges.append(None)
+            continue
+        judges.append(make_model().fit(prior.features[mine], prior.targets[mine]))
+    return judges
+
+
+def judge_taus(judges: Sequence[CostModel | None], X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau between each judge's predictions on the study's own feature rows `X` and
+    their scaled targets `y` (1: the source orders them as measured, -1: reversed); NaN for a
+    missing judge or where `y` cannot be ranked (fewer than two rows, or all alike)."""
+    from tensortune.cost_model import kendall_tau
+
+    taus = np.full(len(judges), np.nan)
+    if len(y) < 2 or np.ptp(y) == 0:
+        return taus
+    for i, judge in enumerate(judges):
+        if judge is not None:
+            taus[i] = kendall_tau(judge.predict(X)[0], y)
+    return taus
+
+
+def source_weights(
+    taus: np.ndarray,
+    n_local: int,
+    half_life: float,
+    weighting: str = SOURCE_WEIGHTINGS[0],
+    min_evidence: int = MIN_EVIDENCE,
+    full_tau: float = FULL_TAU,
+) -> np.ndarray:
+    """Weight of one row of each source workload next to a local row's 1.
+
+    Args:
+        taus: Per source workload, how well it ranks the study's own configs (`judge_taus`).
+        n_local: The study's own measured configs.
+        half_life: See `source_weight`, the decay every weighting starts from.
+        weighting: One of `SOURCE_WEIGHTINGS`. Default ``"evidence"``: with at least
+            `min_evidence` local configs, the decay times ``clip(tau / full_tau, 0, 1)``; a
+            NaN tau (nothing to rank yet) keeps the decay alone.
+        min_evidence: Default `MIN_EVIDENCE`.
+        full_tau: Default `FULL_TAU`.
+    """
+    if weighting not in SOURCE_WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
+    decay = np.full(len(taus), source_weight(n_local, half_life))
+    if weighting == "decay" or n_local < min_evidence:
+        return decay
+    trust = np.clip(np.nan_to_num(taus, nan=full_tau) / full_tau, 0.0, 1.0)
+    return decay * trust
+
+
+#: What `source_studies` / ``--transfer-from`` take to find the sources by themselves.
+AUTO = "auto"
+#: Prior studies `find_sources` returns at most by default: a few close ones teach the model
+#: the most, and each costs its rows' features once per new study.
+AUTO_SOURCES = 4
+
+
+def loop_extents(workload: Workload) -> tuple[list[int], list[int]]:
+    """The extents of the spatial loops and of the reduction loops of the workload's main
+    computation: the one with a reduction and the most iterations (the output's where none
+    reduces), so that a fused bias or activation does not hide a dense layer's matmul."""
+    seen, stack, ops = set(), [workload.tensors()[-1].op], []
+    while stack:
+        op = stack.pop()
+        if op.name in seen or not hasattr(op, "axis"):
+            continue  # visited, or a placeholder
+        seen.add(op.name)
+        spatial = [int(axis.dom.extent) for axis in op.axis]
+        reduction = [int(axis.dom.extent) for axis in op.reduce_axis]
+        ops.append((bool(reduction), math.prod(spatial + reduction), spatial, reduction))
+        stack.extend(t.op for t in op.input_tensors)
+    _, _, spatial, reduction = max(ops, key=lambda o: o[:2])
+    return spatial, reduction
+
+
+def program_distance(a: Workload, b: Workload) -> float:
+    """How unlike the programs of two workloads are: 0 for the same operator and loop nest.
+    Another operator adds 1, each spatial or reduction loop one has and the other lacks adds
+    1, and each of the two loop kinds adds the mean |log2| ratio of their extents, largest
+    matched with largest."""
+    distance = 0.0 if a.name == b.name else 1.0
+    for mine, theirs in zip(loop_extents(a), loop_extents(b), strict=True):
+        distance += abs(len(mine) - len(theirs))
+        n = max(len(mine), len(theirs))
+        if n:
+            x = np.log2(sorted(mine, reverse=True) + [1] * (n - len(mine)))
+            y = np.log2(sorted(theirs, reverse=True) + [1] * (n - len(theirs)))
+            distance += float(np.abs(x - y).mean())
+    return distance
+
+
+def find_sources(
+    storage: optuna.storages.BaseStorage,
+    workload: Workload,
+    target: str,
+    limit: int = AUTO_SOURCES,
+    exclude: str | None = None,
+) -> list[tuple[optuna.Study, float]]:
+    """The tensortune studies in `storage` measured on `target` (a JSON target key), nearest
+    program first (`program_distance` to `workload`; more completed trials first among equals),
+    with their distance: what ``--transfer-from auto`` warm-starts from.
+
+    Studies of another target, not made by tensortune, of a workload not registered in this
+    process, without a completed trial, or named `exclude` (the new study itself; default
+    None) are passed over.
+
+    Args:
+        storage: Where to look.
+        workload: The new study's workload.
+        target: The new study's target key (`tensortune.storage.target_key`).
+        limit: At most this many. Default `AUTO_SOURCES`.
+        exclude: A study name to leave out. Default None.
+    """
+    from tensortune.storage import study_workload
+
+    found = []
+    for frozen in storage.get_all_studies():
+        attrs = frozen.user_attrs
+        if frozen.study_name == exclude or attrs.get("target") != target:
+            continue
+        if "workload" not in attrs:
+            continue
+        study = optuna.load_study(study_name=frozen.study_name, storage=storage)
+        try:
+            other = study_workload(study)
+        except (KeyError, TensortuneError):
+            continue
+        n_complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        if n_complete:
+            found.append((program_distance(workload, other), -n_complete, study.study_name, study))
+    found.sort(key=lambda f: f[:3])
+    return [(study, distance) for distance, _, _, study in found[:limit]]

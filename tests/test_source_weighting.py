@@ -1,0 +1,175 @@
+"""Warm starts weigh each source by the evidence, and ``auto`` finds the sources itself: a
+source that misleads stops counting, studies of other targets are never taken."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+
+import tensortune
+from tensortune.cli import main
+from tensortune.dashboard import source_weight_rounds, study_note
+from tensortune.sampler import CostModelSampler
+from tensortune.sampler.transfer import (
+    FULL_TAU,
+    MIN_EVIDENCE,
+    find_sources,
+    program_distance,
+    source_weight,
+    source_weights,
+)
+from tensortune.storage import create_study, open_storage, target_key
+from tensortune.target import target_spec
+from tensortune.templates import CpuTemplate
+from tensortune.trial_records import PROPOSAL_ATTR
+from tensortune.workloads import PRESETS
+
+LLVM = target_spec("llvm")
+
+
+def workload(M: int, N: int, K: int):
+    return tensortune.get_workload("matmul", M=M, N=N, K=K)
+
+
+def test_source_weights_follow_the_evidence():
+    taus = np.array([0.9, FULL_TAU / 2, 0.0, -0.6, np.nan])
+    decay = source_weight(MIN_EVIDENCE, 32.0)
+    found = source_weights(taus, MIN_EVIDENCE, 32.0)
+    # Full weight from FULL_TAU up, in proportion below, none for chance or reversed, the
+    # decay alone where nothing could be ranked.
+    assert found == pytest.approx([decay, decay / 2, 0.0, 0.0, decay])
+    # Too few local configs to judge by: the decay alone, whatever the taus.
+    early = source_weights(taus, MIN_EVIDENCE - 1, 32.0)
+    assert early == pytest.approx([source_weight(MIN_EVIDENCE - 1, 32.0)] * 5)
+    assert source_weights(taus, 40, 32.0, "decay") == pytest.approx([0.5 ** (40 / 32)] * 5)
+    with pytest.raises(ValueError, match="unknown weighting 'trust'"):
+        source_weights(taus, 40, 32.0, "trust")
+
+
+def test_program_distance_puts_the_same_operator_and_sizes_first():
+    base = workload(1024, 1024, 1024)
+    assert program_distance(base, workload(1024, 1024, 1024)) == 0.0
+    near, far = workload(512, 512, 512), workload(64, 64, 64)
+    assert 0 < program_distance(base, near) < program_distance(base, far)
+    assert program_distance(base, near) == program_distance(near, base)
+    op, shape = PRESETS["resnet18-c7"]
+    conv = tensortune.get_workload(op, **shape)
+    # Another operator with another loop nest is farther than any matmul.
+    assert program_distance(base, conv) > program_distance(base, far)
+    # A dense layer's fused bias and relu do not hide its matmul: it is near a matmul.
+    dense = tensortune.get_workload("dense_bias_relu", M=1024, N=1024, K=1024)
+    assert program_distance(base, dense) == 1.0
+
+
+def _synthetic(config: dict) -> float:
+    """A deterministic stand-in for GFLOP/s over the matmul template's knobs, one term per
+    knob so that a model can learn it from a few dozen configs."""
+    inner = [int(f) for f in str(config["tile_j"]).split("x")][-1]
+    unroll = int(config["unroll"])
+    return math.log2(inner) + 0.5 * math.log2(unroll + 1) + (config["order"] == "S0 S1 R0 S2 R1 S3")
+
+
+def _source_study(db, name: str, shape: tuple[int, int, int], sign: float, target=LLVM):
+    """A tensortune study of matmul `shape` with 48 random configs valued `sign` x
+    `_synthetic` (sign -1: a source whose every ranking is reversed)."""
+    template = CpuTemplate(workload(*shape))
+    study = create_study(db, name, template.workload, target, None, None)
+    rng = np.random.default_rng(0)
+    distributions = {k.name: CategoricalDistribution(k.choices) for k in template.knobs}
+    for _ in range(48):
+        config = {k.name: k.choices[rng.integers(len(k.choices))] for k in template.knobs}
+        value = sign * _synthetic(config) + 20.0  # positive, as GFLOP/s are
+        study.add_trial(optuna.trial.create_trial(params=config, distributions=distributions,
+                                                  value=value))  # fmt: skip
+    return study
+
+
+def _tuned(db, name: str, sources, seed: int, n_trials: int = 32) -> optuna.Study:
+    template = CpuTemplate(workload(64, 64, 64))
+    create_study(db, name, template.workload, LLVM, None, None)
+    sampler = CostModelSampler(template, source_studies=sources, seed=seed)
+    study = optuna.load_study(study_name=name, storage=db, sampler=sampler)
+    study.optimize(lambda trial: _synthetic(template.suggest(trial)), n_trials=n_trials)
+    return study
+
+
+@pytest.mark.slow  # 3 seeds x 3 studies x 3 model rounds of XGBoost: about 40 s
+def test_a_misleading_source_stops_counting_and_does_not_hurt(tmp_path):
+    db = open_storage(f"sqlite:///{tmp_path / 'w.db'}")
+    inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
+    honest = _source_study(db, "honest", (96, 64, 80), sign=1.0)
+    bests: dict[str, list[float]] = {"cold": [], "inverted": [], "honest": []}
+    for seed in range(3):
+        for mode, sources in (("cold", []), ("inverted", [inverted]), ("honest", [honest])):
+            study = _tuned(db, f"{mode}{seed}", sources, seed, n_trials=48)
+            bests[mode].append(study.best_value)
+            if mode == "inverted":
+                rounds = source_weight_rounds(study)
+                (history,) = rounds.values()
+                # Judged on the study's own configs, the reversed source weighs nothing.
+                assert history[-1][1] == 0.0, history
+                assert history[0][1] > 0.0, history  # before there was evidence
+    # Same seeds: warm-starting from a reversed source ends no worse than a cold start, and an
+    # honest source helps.
+    assert min(np.array(bests["inverted"]) - np.array(bests["cold"])) >= 0, bests
+    assert np.median(bests["honest"]) >= np.median(bests["cold"]), bests
+
+
+def test_auto_finds_same_target_studies_nearest_first(tmp_path):
+    db = open_storage(f"sqlite:///{tmp_path / 'a.db'}")
+    other_target = target_spec({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    _source_study(db, "mm-far", (64, 64, 64), 1.0)
+    _source_study(db, "mm-near", (512, 512, 256), 1.0)
+    _source_study(db, "mm-elsewhere", (512, 512, 512), 1.0, target=other_target)
+    empty = create_study(db, "mm-empty", workload(512, 512, 512), LLVM, None, None)
+    empty.tell(empty.ask(), state=optuna.trial.TrialState.FAIL)
+    optuna.create_study(study_name="foreign", storage=db).optimize(lambda t: 1.0, n_trials=1)
+    found = find_sources(db, workload(512, 512, 512), target_key(LLVM))
+    assert [s.study_name for s, _ in found] == ["mm-near", "mm-far"]
+    assert found[0][1] < found[1][1]
+    assert [s.study_name for s, _ in find_sources(db, workload(512, 512, 512), target_key(LLVM),
+                                                  limit=1)] == ["mm-near"]  # fmt: skip
+    assert find_sources(db, workload(512, 512, 512), target_key(other_target))[0][0].study_name \
+        == "mm-elsewhere"  # fmt: skip
+    assert (
+        find_sources(db, workload(512, 512, 256), target_key(LLVM), exclude="mm-near")[0][
+            0
+        ].study_name
+        == "mm-far"
+    )
+
+
+@pytest.mark.slow
+def test_cli_transfer_from_auto(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'auto.db'}"
+    db = open_storage(url)
+    _source_study(db, "prior", (96, 64, 80), 1.0)
+    argv = ["tune", "matmul", "--shape", "64,64,64", "--trials", "16", "--storage", url]
+    argv += ["--study", "mm", "--seed", "0", "--no-progress", "--repeat", "2"]
+    argv += ["--min-repeat-ms", "2", "--transfer-from", "auto"]
+    assert main(argv) == 0
+    study = optuna.load_study(study_name="mm", storage=url)
+    assert study.user_attrs["transfer_sources"] == ["prior"]
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
+    assert kinds[0] == "model" and "startup" in kinds, kinds  # every other early trial
+    # The note and the dashboard's plot say how much the source weighed, round by round.
+    rounds = source_weight_rounds(study)
+    assert list(rounds) == [workload(96, 64, 80).key] and len(rounds[workload(96, 64, 80).key]) >= 2
+    assert all(0 <= w <= 1 for _, w in rounds[workload(96, 64, 80).key])
+    assert "source weights" in study_note(study, study.sampler)
+    # A cold storage: auto finds nothing and the study starts cold.
+    cold_url = f"sqlite:///{tmp_path / 'cold.db'}"
+    argv[argv.index(url)] = cold_url
+    assert main(argv) == 0
+    cold = optuna.load_study(study_name="mm", storage=cold_url)
+    assert "transfer_sources" not in cold.user_attrs
+    assert cold.trials[0].system_attrs[PROPOSAL_ATTR]["source"] == "startup"
+    capsys.readouterr()
+    assert main([*argv, "--transfer-from", "prior"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "auto finds the studies itself" in err, err
+    assert math.isfinite(study.best_value)
