@@ -4,7 +4,10 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 
 - ``cold``: no prior (the default sampler);
 - ``warm``: ``CostModelSampler(source_studies=...)`` over the sources' learned-sampler studies
-  (all their seeds), read from their own storage and never copied;
+  (all their seeds), read from their own storage and never copied; each source weighs by how
+  well it ranks the target's own measured configs (the default ``source_weighting``);
+- ``warm-decay``: the same with ``source_weighting="decay"``: source rows weigh by the
+  half-life alone, whatever their ranking (the weighting before the evidence);
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``enqueue``: cold, after Optuna's simple alternative: the sources' 8 best configs enqueued
@@ -14,15 +17,16 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 
 Pairs: across shapes, ResNet-18 C12 → C7 (the replication report's experiment) and
 leave-one-out over the ResNet-18 layers we tune (C2, C7, C12); across operators, matmul and
-dense → batch_matmul (BERT attention) and conv2d → depthwise conv2d (MobileNet).
+dense → batch_matmul (BERT attention) and conv2d → depthwise conv2d (MobileNet); and an
+unrelated source, depthwise conv2d → matmul 1024, where a warm start should lose nothing.
 
-Sources are the learned-sampler studies of ``sample_efficiency.py`` (``--sources``, its
-SQLite file); missing ones are run first. Targets go to ``--work`` (default
-``studies/work/transfer.db``); finished studies are skipped on a second run. Every study
-measures through the benchmarks' measurement cache (``measurement_cache.py``; ``--cache``,
-default ``measurements.db`` beside ``--work``, the file ``sample_efficiency.py`` uses by
-default; ``--no-cache`` to measure afresh): a config measured before, by any mode or any
-benchmark, is not measured again, so the modes differ in search, not in timing noise, and
+Sources are the learned-sampler studies of ``sample_efficiency.py`` (``--sources``, its SQLite
+file, their 64-trial studies of seeds 0-2); missing ones are run first. Targets go to
+``--work`` (default ``studies/work/transfer.db``); finished studies are skipped on a second
+run. Every study measures through the benchmarks' measurement cache (``measurement_cache.py``;
+``--cache``, default ``measurements.db`` beside ``--work``, the file ``sample_efficiency.py``
+uses by default; ``--no-cache`` to measure afresh): a config measured before, by any mode or
+any benchmark, is not measured again, so the modes differ in search, not in timing noise, and
 wall seconds count reused configs as free. Writes under ``--out`` (default
 ``studies/results/``):
 
@@ -32,7 +36,8 @@ wall seconds count reused configs as free. Writes under ``--out`` (default
 - ``transfer_curves.csv``: best-so-far per trial; ``transfer.png``: the curves;
 - ``transfer_summary.md``: medians over seeds and the speed-up in trials.
 
-    python studies/transfer.py                      # every pair, seeds 0-2, 64 trials
+    python studies/transfer.py                      # every pair and mode, seeds 0-4, 64 trials
+    python studies/transfer.py --trials 128 --modes cold warm warm-decay
     python studies/transfer.py --pairs c12-to-c7 --seeds 0
     python studies/transfer.py --cost-model xgb treegru \\
         --pairs matmul-to-batch_matmul conv2d-to-depthwise --out studies/results/treegru_transfer
@@ -71,12 +76,15 @@ PAIRS = {
     "loo-c12": ("resnet18-c12", ("resnet18-c2", "resnet18-c7"), True),
     "matmul-to-batch_matmul": ("bert-attention", ("matmul-1024", "bert-ffn"), False),
     "conv2d-to-depthwise": ("mobilenet-dw", ("resnet18-c2", "resnet18-c7", "resnet18-c12"), False),
+    "depthwise-to-matmul": ("matmul-1024", ("mobilenet-dw",), False),
 }
 #: --quick: another matmul shape → matmul 128, 16 trials, one seed.
 QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
-MODES = ("cold", "warm", "warm-model", "enqueue")
-CHECKPOINTS = (16, 32, 64)
+MODES = ("cold", "warm", "warm-decay", "warm-model", "enqueue")
+CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64
+#: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.
+SOURCE_TRIALS = 64
 
 
 def source_studies(
@@ -139,6 +147,7 @@ def run_target(
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
         source_starts=0 if mode == "warm-model" else 16,
+        source_weighting="decay" if mode == "warm-decay" else "evidence",
     )
     start = time.perf_counter()
     if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes
@@ -185,7 +194,14 @@ def main() -> None:
         "--quick", action="store_true", help="matmul shapes, 16 trials, seed 0, a temporary --work"
     )
     parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument(
+        "--trials", type=int, default=TRIALS, help=f"trials per target study (default {TRIALS})"
+    )
+    parser.add_argument(
+        "--modes", nargs="+", choices=MODES, default=list(MODES),
+        help="default: all (cold always runs: every ratio divides by it)",
+    )  # fmt: skip
     parser.add_argument("--sources", default=os.path.join(HERE, "work", "sample_efficiency.db"))
     parser.add_argument("--work", default=os.path.join(HERE, "work", "transfer.db"))
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -209,9 +225,9 @@ def main() -> None:
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pairs = {p: PAIRS[p] for p in args.pairs}
-    trials, seeds, source_seeds = TRIALS, args.seeds, [0, 1, 2]
+    trials, seeds, source_seeds, source_trials = args.trials, args.seeds, [0, 1, 2], SOURCE_TRIALS
     if args.quick:
-        pairs, trials, seeds, source_seeds = QUICK_PAIRS, 16, [0], [0]
+        pairs, trials, seeds, source_seeds, source_trials = QUICK_PAIRS, 16, [0], [0], 16
         args.work = args.sources = os.path.join(tempfile.mkdtemp(), "transfer.db")
     folder = os.path.dirname(os.path.abspath(args.work))
     cache_path = None
@@ -226,12 +242,15 @@ def main() -> None:
     rows, curves = [], []
     for seed in seeds:
         for pair, (target, source_labels, enqueue) in pairs.items():
-            sources = source_studies(source_labels, source_seeds, trials, source_url, cache_path)
+            sources = source_studies(
+                source_labels, source_seeds, source_trials, source_url, cache_path
+            )
             for model in args.cost_model:
                 studies = {}
                 # Enqueueing leaves the model aside: it runs with the default one only.
                 with_enqueue = enqueue and model == "xgb"
-                for mode in MODES[: 4 if with_enqueue else 3]:
+                modes = [m for m in MODES if m in args.modes or m == "cold"]
+                for mode in [m for m in modes if m != "enqueue" or with_enqueue]:
                     studies[mode] = run_target(
                         pair, target, mode, seed, trials, sources, storage, model, cache_path
                     )
@@ -282,10 +301,12 @@ def report(out: str, trials: int = TRIALS) -> None:
     rows = read_csv(os.path.join(out, "transfer.csv"))
     models = list(dict.fromkeys(r.get("cost_model", "") for r in rows))
     model_col = models != [""]  # rows of one run over several cost models
+    checkpoints = [n for n in CHECKPOINTS if n <= trials]
+    bests = " | ".join(f"@{n}" for n in checkpoints).replace("@", "best @", 1)
     lines = [
-        "| pair |" + (" cost model |" if model_col else "") + " mode | best @16 | @32 "
-        "| @64 (GFLOP/s) | trials to 90 % of cold best | cold ÷ this (×) |",
-        "|---|" + ("---|" if model_col else "") + "---|---|---|---|---|---|",
+        "| pair |" + (" cost model |" if model_col else "") + f" mode | {bests} (GFLOP/s) "
+        "| trials to 90 % of cold best | cold ÷ this (×) |",
+        "|---|" + ("---|" if model_col else "") + "---|" * (len(checkpoints) + 3),
     ]
     for pair in dict.fromkeys(r["pair"] for r in rows):
         for model in models:
@@ -302,15 +323,18 @@ def report(out: str, trials: int = TRIALS) -> None:
                 ]
                 med = [
                     f"{statistics.median(float(r[f'best@{n}']) for r in these):.0f}"
-                    if all(r[f"best@{n}"] for r in these)
+                    if all(r.get(f"best@{n}") for r in these)
                     else "–"
-                    for n in CHECKPOINTS
+                    for n in checkpoints
                 ]
                 needed = statistics.median(_trials(r["trials_to_90pct_cold"]) for r in these)
                 shown = f">{trials}" if needed > trials else f"{needed:g}"
                 lines.append(
-                    f"| {pair} |" + (f" {model} |" if model_col else "") + f" {mode} | {med[0]} "
-                    f"| {med[1]} | {med[2]} | {shown} | {statistics.median(speedups):.2f} |"
+                    f"| {pair} |"
+                    + (f" {model} |" if model_col else "")
+                    + f" {mode} | "
+                    + " | ".join(med)
+                    + f" | {shown} | {statistics.median(speedups):.2f} |"
                 )
     seeds = sorted({r["seed"] for r in rows})
     lines.append("")

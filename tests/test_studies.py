@@ -356,20 +356,20 @@ def test_record_configs_writes_measured_configs(tmp_path):
 @pytest.mark.slow
 def test_transfer_quick(tmp_path):
     rows = run_quick("transfer.py", tmp_path)
-    assert [r["mode"] for r in rows] == ["cold", "warm", "warm-model", "enqueue"]
-    assert rows[3]["enqueued"] == "8"  # 8 source configs were moved into the space
+    assert [r["mode"] for r in rows] == ["cold", "warm", "warm-decay", "warm-model", "enqueue"]
+    assert rows[4]["enqueued"] == "8"  # 8 source configs were moved into the space
     for row in rows:
         assert float(row["best@16"]) > 0 and float(row["wall_s"]) > 0
     with open(tmp_path / "transfer_curves.csv") as f:
         curves = list(csv.DictReader(f))
-    assert len(curves) == 4 * 16
+    assert len(curves) == 5 * 16
     # Each mode's trials to 90 % of the cold study's best, recomputed from its curve.
     by_mode = {r["mode"]: [c for c in curves if c["mode"] == r["mode"]] for r in rows}
     cold_best = float(by_mode["cold"][-1]["best_gflops"])
     for row in rows:
         assert row["trials_to_90pct_cold"] == first_to(by_mode[row["mode"]], 0.9 * cold_best)
     table = (tmp_path / "transfer_summary.md").read_text()
-    assert table.count("| matmul-shape |") == 4
+    assert table.count("| matmul-shape |") == 5
     assert (tmp_path / "transfer.png").stat().st_size > 0
 
 
