@@ -37,10 +37,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from common import SETTINGS, workload_of
+
 import tensortune.templates
 import tensortune.workloads
 from tensortune.measure import Measurer, MeasureResult
 from tensortune.storage import target_key
+from tensortune.target import target_spec
 
 #: Failure stages that say nothing lasting about a config: not cached.
 TRANSIENT_STAGES = frozenset({"timeout", "device"})
@@ -319,3 +322,22 @@ def tune_cached(
         study.set_user_attr(HITS_ATTR, measurer.hits)
         study.set_user_attr(MISSES_ATTR, measurer.misses)
     return study
+
+
+def tune_label(
+    label: str, name: str, sampler: Any, trials: int, storage: str, cache: str | None
+) -> Any:
+    """`tune_cached` as the benchmarks tune: the workload `label` names
+    (`common.workload_of`) on this machine's llvm target with `common.SETTINGS`, `trials`
+    trials into study `name` of `storage` with `sampler`, no progress bar."""
+    return tune_cached(
+        workload_of(label),
+        target_spec("llvm"),
+        cache,
+        SETTINGS,
+        n_trials=trials,
+        storage=storage,
+        study_name=name,
+        sampler=sampler,
+        show_progress=False,
+    )

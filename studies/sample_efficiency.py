@@ -57,7 +57,7 @@ from common import (
     workload_of,
 )
 from efficiency_goals import POOLED_AT
-from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_cached
+from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_label
 from results_io import best_so_far, write_csv
 
 import tensortune
@@ -141,17 +141,7 @@ def run_ours(
     ``bench:cache_hits`` / ``bench:cache_misses`` say how many were reused / measured."""
     timed = TimedSampler(make_tuner(tuner, seed))
     start = time.perf_counter()
-    study = tune_cached(
-        workload_of(label),
-        target_spec("llvm"),
-        cache,
-        SETTINGS,
-        n_trials=trials,
-        storage=storage,
-        study_name=study_name(label, tuner, seed, trials),
-        sampler=timed,
-        show_progress=False,
-    )
+    study = tune_label(label, study_name(label, tuner, seed, trials), timed, trials, storage, cache)
     study.set_user_attr("bench:sampler_s", timed.seconds)
     study.set_user_attr(DONE, time.perf_counter() - start)
     return study
@@ -209,6 +199,7 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
     pooled ratio at those checkpoints compares re-timed kernels too."""
     workload = workload_of(label)
     kernels: dict[str, tuple[object, dict]] = {}
+    early: dict[str, dict[int, dict]] = {}  # per tuner of ours, `early_winners`
     for tuner, study in studies.items():
         if tuner == "metaschedule":
             script = {"script": study.user_attrs["bench:best_script"]}
@@ -216,7 +207,8 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
             continue
         best = best_summary(study)["config"]
         kernels[tuner] = (tensortune.CpuTemplate(workload), best)
-        for n, config in early_winners(study).items():
+        early[tuner] = early_winners(study)
+        for n, config in early[tuner].items():
             if config != best:
                 kernels[f"{tuner}@{n}"] = (tensortune.CpuTemplate(workload), config)
     library = next((s.user_attrs["vendor_library"] for s in studies.values()
@@ -225,12 +217,11 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
     for tuner, study in studies.items():
         if tuner in seconds:
             study.set_user_attr(RETIMED, workload.flop_count / seconds[tuner] / 1e9)
-        if tuner != "metaschedule":
-            for n in early_winners(study):
-                # The same kernel as the final winner: the same re-timing.
-                found = seconds.get(f"{tuner}@{n}", seconds.get(tuner))
-                if found:
-                    study.set_user_attr(f"{RETIMED}@{n}", workload.flop_count / found / 1e9)
+        for n in early.get(tuner, {}):
+            # The same kernel as the final winner: the same re-timing.
+            found = seconds.get(f"{tuner}@{n}", seconds.get(tuner))
+            if found:
+                study.set_user_attr(f"{RETIMED}@{n}", workload.flop_count / found / 1e9)
         if VENDOR in seconds and study.user_attrs.get("vendor_library") == library:
             study.set_user_attr(RETIMED_VENDOR, workload.flop_count / seconds[VENDOR] / 1e9)
 

@@ -55,8 +55,8 @@ import tempfile
 import time
 
 import optuna
-from common import DONE, SETTINGS, finished, first_trial, study_name, workload_of
-from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_cached
+from common import DONE, finished, first_trial, study_name, workload_of
+from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_label
 from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
 
 import tensortune
@@ -173,17 +173,7 @@ def timed_tune(
     With `cache` (a `measurement_cache` SQLite file; default None: none) configs measured
     before are not measured again, as in ``sample_efficiency.run_ours``; the study's
     ``bench:cache_hits`` / ``bench:cache_misses`` say how many were reused / measured."""
-    study = tune_cached(
-        workload_of(label),
-        target_spec("llvm"),
-        cache,
-        SETTINGS,
-        n_trials=trials,
-        storage=storage,
-        study_name=name,
-        sampler=sampler,
-        show_progress=False,
-    )
+    study = tune_label(label, name, sampler, trials, storage, cache)
     study.set_user_attr(DONE, time.perf_counter() - start)
     return study
 
