@@ -419,17 +419,15 @@ class CostModelSampler(BaseSampler):
         if self.source_studies != AUTO:
             return
         target = study.user_attrs.get("target")
-        # No public way from a Study to its storage; Optuna's own code reads it so.
         if target is None:
             self.source_studies = []
             return
+        # No public way from a Study to its storage; Optuna's own code reads it so.
         found = find_sources(study._storage, workload, target, exclude=study.study_name)
         self.source_studies = [source for source, _ in found]
 
     def _source_rows(self, study: optuna.Study) -> SourceRows | None:
         """The source studies' rows, read once per sampler; None without sources."""
-        if self.source_studies == AUTO and self.template is not None:
-            self._find_sources(study, self.template.workload)
         if not self.source_studies or isinstance(self.source_studies, str) or self._dropped:
             return None
         if self._sources is None:
@@ -494,11 +492,9 @@ class CostModelSampler(BaseSampler):
         return self._judges
 
     def _prior_starts(self) -> np.ndarray | None:
-        """The sources' best configs that fit this study's knobs, as indices; none once every
-        source's weight fell to nothing."""
+        """The sources' best configs that fit this study's knobs, as indices (none once the
+        sources were dropped: `_sources` is None then)."""
         if self._sources is None or not self.source_starts:
-            return None
-        if self.last_source_weights and not any(self.last_source_weights.values()):
             return None
         assert self._space is not None
         rows: list[tuple[int, ...]] = []

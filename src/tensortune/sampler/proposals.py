@@ -73,7 +73,6 @@ class Round:
         seconds: Wall time per phase: ``features``, ``fit``, ``search``, ``select``.
         n_scored: Configs the annealer scored (cached features included).
         model: The fitted cost model, for the next round to go on from.
-        source_taus: `Fit.source_taus` of the round's fit (empty without sources).
         source_weights: `Fit.source_weights` of the round's fit (empty without sources).
     """
 
@@ -84,7 +83,6 @@ class Round:
     seconds: dict[str, float]
     n_scored: int
     model: CostModel | None = None
-    source_taus: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
     source_weights: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
 
 
@@ -230,9 +228,7 @@ def propose_round(
         result = _anneal(history, sizes, score, settings, n_keep, chains, rng, prior_starts)
     seconds["search"] = time.perf_counter() - start
     found = _select(history, sizes, settings, result, rng, seconds, model)
-    return dataclasses.replace(
-        found, source_taus=fit.source_taus, source_weights=fit.source_weights
-    )
+    return dataclasses.replace(found, source_weights=fit.source_weights)
 
 
 def _anneal(
