@@ -78,6 +78,8 @@ COSTMODEL_VARIANTS: dict[str, dict] = {
     "costmodel-noeps": {"epsilon": 0.0},
     "costmodel-eps0.25": {"epsilon": 0.25},
     "costmodel-restart0.1": {"restart_share": 0.1},
+    # No explore share: every proposal from the search that breeds from the measured best.
+    "costmodel-local": {"explore_share": 0.0},
     "costmodel-treegru": {"cost_model": "treegru"},
     # The search before issue 19: one-knob annealing over program ("curve") features.
     "costmodel-anneal": {"search": "anneal", "feature_set": "curve"},

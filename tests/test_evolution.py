@@ -11,8 +11,9 @@ import pytest
 import tensortune
 from tensortune.sampler import CostModelSampler
 from tensortune.sampler.history import KnobSpace
-from tensortune.search import anneal, evolve, mutate_many, space_filling
+from tensortune.search import anneal, evolve, far_from, mutate_many, space_filling
 from tensortune.templates import CpuTemplate
+from tensortune.trial_records import PROPOSAL_ATTR
 
 #: The known good region: four knobs at these values (96 combinations of them in all).
 REGION = {"order": "S0 R0 S1 S2 R1 S3", "unroll": 512, "accumulate": "outer", "parallel": 2}
@@ -126,6 +127,40 @@ def test_sampler_is_deterministic_and_never_repeats_a_config():
     # The learned rounds beat the space-filling start on median.
     values = [t.value for t in runs[0].trials]
     assert np.median(values[16:]) > np.median(values[:16])
+
+
+def test_far_from_matches_a_brute_force_hamming_distance(space):
+    rng = np.random.default_rng(4)
+    reference = space_filling(space.sizes, 40, rng)
+    # Candidates 0-5 knobs from a reference config, and fresh points.
+    near = mutate_many(np.repeat(reference[:6], 5, axis=0), space.sizes, rng, rate=0.3)
+    configs = np.vstack([reference[:3], near, space_filling(space.sizes, 50, rng)])
+    nearest = np.array([min(int((c != r).sum()) for r in reference) for c in configs])
+    for distance in (1, 2, 3, 5):
+        assert np.array_equal(far_from(configs, reference, distance), nearest >= distance)
+    assert far_from(configs, reference[:0], 3).all() and far_from(configs, reference, 0).all()
+    assert not far_from(configs, reference, 1)[:3].any()  # the reference itself is at 0
+
+
+@pytest.mark.slow  # 3 model rounds, two searches each: about 20 s on a loaded 2-core machine
+def test_explore_share_lies_far_from_every_config_taken_before_it():
+    study = synthetic_study(seed=5, n_trials=40)
+    template = study.sampler.template
+    space = KnobSpace(template.knobs)
+    trials = sorted(study.trials, key=lambda t: t.number)
+    configs = np.array([space.encode(t.params) for t in trials])
+    proposals = [t.system_attrs[PROPOSAL_ATTR] for t in trials]
+    rounds = sorted({p["round"] for p in proposals if p["source"] != "startup"})
+    assert len(rounds) >= 3
+    for round_ in rounds:
+        members = [n for n, p in enumerate(proposals)
+                   if p.get("round") == round_ and p["source"] != "startup"]  # fmt: skip
+        far = [n for n in members if proposals[n]["source"] == "explore"]
+        # round(0.25 * 8) explore configs a round, each 3 knobs or more from everything
+        # measured or claimed when the round was proposed (the trials before its first).
+        assert len(far) == 2, (round_, [proposals[n]["source"] for n in members])
+        before = configs[: min(members)]
+        assert far_from(configs[far], before, 3).all()
 
 
 def test_unknown_search_is_refused():

@@ -46,7 +46,9 @@ def test_study_measures_no_config_twice_and_uses_the_model(storage_url, fast_set
     assert len(configs) == 32 and len(set(configs)) == 32
     sources = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
     assert sources[:8] == ["startup"] * 8
-    assert sources[8:].count("model") >= 20
+    # Both kinds of model proposal: 2 of each batch of 8 from the explore share.
+    assert sources[8:].count("explore") == 6
+    assert sources[8:].count("model") + sources[8:].count("explore") >= 20
     model_trials = [t for t in study.trials[8:] if "score" in t.system_attrs[PROPOSAL_ATTR]]
     assert {t.system_attrs[PROPOSAL_ATTR]["round"] for t in model_trials} == {1, 2, 3}
     assert all(t.system_attrs[CONFIG_ATTR] == t.params for t in study.trials)

@@ -68,7 +68,7 @@ def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_setti
             # from the cold start's design; cold: start-up trials only.
             if mode == "warm":
                 assert kinds[0] == "model" and kinds[1] == "startup", kinds
-                assert set(kinds) <= {"model", "random", "startup"}, kinds
+                assert set(kinds) <= {"model", "explore", "random", "startup"}, kinds
             else:
                 assert set(kinds) == {"startup"}, kinds
             warm_kinds |= set(kinds) if mode == "warm" else set()
@@ -114,7 +114,7 @@ def test_treegru_warm_starts_from_loop_trees_of_another_shape(
         show_progress=False,
     )
     kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
-    assert kinds[0] == "model" and set(kinds) <= {"model", "random", "startup"}, kinds
+    assert kinds[0] == "model" and set(kinds) <= {"model", "explore", "random", "startup"}, kinds
     failed = [(t.number, t.user_attrs.get("error")) for t in study.trials if not t.value]
     assert not failed, failed
 
@@ -129,7 +129,7 @@ def test_cli_warm_starts_from_another_storage(source_url, storage_url):
     study = optuna.load_study(study_name="mm", storage=storage_url)
     assert len(study.trials) == 4
     kinds = {t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials}
-    assert kinds <= {"model", "random", "startup"} and "model" in kinds
+    assert kinds <= {"model", "explore", "random", "startup"} and "model" in kinds
 
 
 def _bad_sources(url: str) -> dict[str, str]:

@@ -14,9 +14,11 @@ from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.transfer import SourceRows, judge_taus, source_weights
 from tensortune.search import (
     AnnealResult,
+    EvolveResult,
     anneal,
     diverse_greedy,
     evolve,
+    far_from,
     random_configs,
     unseen_random_configs,
     with_random_share,
@@ -47,6 +49,8 @@ class RoundSettings:
     #: `tensortune.search.evolve`'s sizes per round: (n_fresh, population, children,
     #: generations); see `evolve_sizes`.
     evolution: tuple[int, int, int, int] = (4096, 512, 1536, 4)
+    explore_share: float = 0.25
+    explore_distance: int = 3
 
 
 #: Searches a round can run: ``"evolve"`` (`tensortune.search.evolve`) or ``"anneal"``
@@ -67,7 +71,8 @@ class Round:
 
     Attributes:
         configs: ``(b, m)`` knob indices to measure, in the order to hand them out.
-        sources: ``"model"`` or ``"random"`` per config.
+        sources: ``"model"``, ``"explore"`` (the explore share: best predicted far from every
+            config taken) or ``"random"`` per config.
         scores: The acquisition value per config (NaN for the random share).
         states: Annealing chain states to continue from next round.
         seconds: Wall time per phase: ``features``, ``fit``, ``search``, ``select``.
@@ -226,8 +231,11 @@ def propose_round(
         result = _evolve(history, sizes, score, settings, n_keep, rng, prior_starts)
     else:
         result = _anneal(history, sizes, score, settings, n_keep, chains, rng, prior_starts)
+    # No share to explore before the study has configs of its own to keep away from.
+    n_far = round(settings.explore_share * b) if len(history.taken) else 0
+    far = _explore(history, sizes, score, settings, n_far, rng) if n_far else None
     seconds["search"] = time.perf_counter() - start
-    found = _select(history, sizes, settings, result, rng, seconds, model)
+    found = _select(history, sizes, settings, result, far, n_far, rng, seconds, model)
     return dataclasses.replace(found, source_weights=fit.source_weights)
 
 
@@ -298,41 +306,98 @@ def _evolve(
     return AnnealResult(found.configs, found.scores, states, generations, found.n_scored)
 
 
+def _explore(
+    history: History,
+    sizes: list[int],
+    score: Callable[[np.ndarray], np.ndarray],
+    settings: RoundSettings,
+    n_far: int,
+    rng: np.random.Generator,
+) -> EvolveResult:
+    """The best-predicted configs at least ``settings.explore_distance`` knobs from every
+    config the study has taken: an evolution from space-filling points alone, with the same
+    sizes as the round's (``settings.evolution``), whose score rules out the near configs.
+
+    The main search breeds from the measured best, so most of its proposals differ from a
+    measured config in one or two knobs; this share keeps looking where nothing was measured,
+    as TPE's draws do, so that one seed's start does not decide the study."""
+    taken = np.array(sorted(history.taken), dtype=np.int64).reshape(-1, len(sizes))
+
+    def far_score(configs: np.ndarray) -> np.ndarray:
+        out = np.full(len(configs), -np.inf)
+        far = far_from(configs, taken, settings.explore_distance)
+        if far.any():
+            out[far] = score(configs[far])
+        return out
+
+    n_fresh, population, children, generations = settings.evolution
+    return evolve(
+        sizes,
+        far_score,
+        np.empty((0, len(sizes)), np.int64),
+        rng,
+        population=population,
+        generations=generations,
+        n_fresh=n_fresh,
+        children=children,
+        n_keep=max(n_far, math.ceil(settings.candidate_factor * n_far)),
+        exclude=history.taken,
+    )
+
+
+def _pick(
+    configs: np.ndarray, scores: np.ndarray, n: int, settings: RoundSettings, taken: np.ndarray
+) -> np.ndarray:
+    """Indices of `n` of `configs`: the top scores, or a diverse pick (see `diverse_greedy`)."""
+    if settings.diversity == 0:
+        return np.arange(min(n, len(configs)))
+    return diverse_greedy(configs, scores, n, alpha=settings.diversity, taken=taken)
+
+
 def _select(
     history: History,
     sizes: list[int],
     settings: RoundSettings,
     result: AnnealResult,
+    far: EvolveResult | None,
+    n_far: int,
     rng: np.random.Generator,
     seconds: dict[str, float],
     model: CostModel,
 ) -> Round:
-    """The round's batch: a diverse pick of the candidates, topped up and ε-mixed at random."""
+    """The round's batch: a diverse pick of the search's candidates, ε-mixed at random, then
+    `n_far` of the `far` candidates (the explore share, already exploration: no ε), topped up
+    at random where either found too few."""
     b = settings.batch_size
+    m = len(sizes)
     start = time.perf_counter()
-    candidates, cand_scores = result.configs, result.scores
-    if settings.diversity == 0:
-        picked = np.arange(min(b, len(candidates)))
-    else:
-        picked = diverse_greedy(candidates, cand_scores, b, alpha=settings.diversity)
-    selected = candidates[picked]
-    scores = cand_scores[picked].astype(np.float64)
-    if len(selected) < b:  # the annealer found fewer fresh configs than asked: fill at random
+    picked = _pick(result.configs, result.scores, b - n_far, settings, np.empty((0, m), np.int64))
+    near = result.configs[picked]
+    near_scores = result.scores[picked].astype(np.float64)
+    mixed = with_random_share(near, sizes, rng, epsilon=settings.epsilon, exclude=history.taken)
+    sources = [
+        "model" if np.array_equal(a, c) else "random" for a, c in zip(mixed, near, strict=True)
+    ]
+    scores = np.where(np.array(sources) == "model", near_scores, np.nan)
+    selected = mixed
+    if far is not None and len(far.configs):
+        chosen = {tuple(int(v) for v in row) for row in selected}
+        fresh = np.array([tuple(int(v) for v in row) not in chosen for row in far.configs])
+        configs, far_scores = far.configs[fresh], far.scores[fresh]
+        picked = _pick(configs, far_scores, n_far, settings, selected.reshape(-1, m))
+        selected = np.vstack([selected.reshape(-1, m), configs[picked]])
+        scores = np.concatenate([scores, far_scores[picked]])
+        sources += ["explore"] * len(picked)
+    if len(selected) < b:  # the searches found fewer fresh configs than asked: fill at random
         avoid = history.taken | {tuple(int(v) for v in row) for row in selected}
         n = b - len(selected)
         extra = unseen_random_configs(sizes, n, rng, avoid, per_round=4 * n, max_rounds=100)
-        selected = np.vstack([selected, extra]) if len(selected) else extra
+        selected = np.vstack([selected.reshape(-1, m), extra]) if len(selected) else extra
         scores = np.concatenate([scores, np.full(len(extra), np.nan)])
-    mixed = with_random_share(selected, sizes, rng, epsilon=settings.epsilon, exclude=history.taken)
-    sources = []
-    for i in range(len(mixed)):
-        replaced = not np.array_equal(mixed[i], selected[i]) or np.isnan(scores[i])
-        sources.append("random" if replaced else "model")
-        if replaced:
-            scores[i] = np.nan
+        sources += ["random"] * len(extra)
     seconds["select"] = time.perf_counter() - start
     return Round(
-        configs=mixed,
+        configs=selected,
         sources=sources,
         scores=scores,
         states=result.states,

@@ -9,7 +9,13 @@ from tensortune.search.annealing import (
     random_configs,
     unseen_random_configs,
 )
-from tensortune.search.evolution import EvolveResult, evolve, mutate_many, space_filling
+from tensortune.search.evolution import (
+    EvolveResult,
+    evolve,
+    far_from,
+    mutate_many,
+    space_filling,
+)
 from tensortune.search.selection import diverse_greedy, with_random_share
 
 __all__ = [
@@ -18,6 +24,7 @@ __all__ = [
     "anneal",
     "diverse_greedy",
     "evolve",
+    "far_from",
     "mutate",
     "mutate_many",
     "random_configs",

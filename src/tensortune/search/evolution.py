@@ -70,6 +70,34 @@ def mutate_many(
     return out
 
 
+def far_from(configs: np.ndarray, reference: np.ndarray, distance: int) -> np.ndarray:
+    """True for each config that differs from every row of `reference` in at least `distance`
+    knobs (Hamming distance over choice indices); all True for an empty `reference` or a
+    `distance` of 0.
+
+    Args:
+        configs: Configs to test, shape (n, m).
+        reference: Configs to keep away from, shape (r, m), e.g. the measured ones.
+        distance: Knobs that must differ from the nearest reference config.
+
+    Returns:
+        A bool array of shape (n,).
+    """
+    configs = np.asarray(configs, dtype=np.int64)
+    reference = np.asarray(reference, dtype=np.int64).reshape(-1, configs.shape[1])
+    out = np.ones(len(configs), dtype=bool)
+    if distance <= 0 or not len(reference):
+        return out
+    # Compare in blocks of about 4M knob pairs, so that 10^4 configs against a history of
+    # thousands stay within tens of MB.
+    block = max(1, (1 << 22) // reference.size)
+    for start in range(0, len(configs), block):
+        rows = configs[start : start + block]
+        differing = (rows[:, None, :] != reference[None, :, :]).sum(axis=2)
+        out[start : start + block] = differing.min(axis=1) >= distance
+    return out
+
+
 def evolve(
     space: Sequence[int],
     score: Callable[[np.ndarray], np.ndarray],
