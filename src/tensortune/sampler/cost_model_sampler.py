@@ -22,19 +22,10 @@ from tensortune.cost_model import (
     LOSSES,
     make_cost_model,
 )
-from tensortune.errors import TensortuneError
 from tensortune.sampler.history import History, KnobSpace, read_history
 from tensortune.sampler.proposals import SEARCHES, RoundSettings, evolve_sizes, propose_round
-from tensortune.sampler.transfer import (
-    AUTO,
-    SOURCE_WEIGHTINGS,
-    SourceRows,
-    check_sources,
-    find_sources,
-    fit_judges,
-    load_sources,
-    project_config,
-)
+from tensortune.sampler.transfer import AUTO, SOURCE_WEIGHTINGS
+from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import random_configs, space_filling, unseen_random_configs
 from tensortune.trial_records import claim_config, claimed_by_another
 
@@ -42,7 +33,6 @@ if TYPE_CHECKING:
     from tensortune.cost_model import CostModel
     from tensortune.features import FeatureExtractor
     from tensortune.templates import Template
-    from tensortune.workloads import Workload
 
 
 class CostModelSampler(BaseSampler):
@@ -257,11 +247,8 @@ class CostModelSampler(BaseSampler):
             cost_model=cost_model,
             search=search,
         )
-        #: The prior studies, or `AUTO` until they are found.
-        self.source_studies: list[optuna.Study] | str = (
-            AUTO if isinstance(source_studies, str) else list(source_studies)
-        )
-        self.source_starts = source_starts
+        #: The prior studies and what the study keeps of them.
+        self.warm = WarmStart(source_studies, source_starts)
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         self._random = RandomSampler(seed=seed)
@@ -274,14 +261,23 @@ class CostModelSampler(BaseSampler):
         self._chains: np.ndarray | None = None
         self._fitted_at = -1
         self._round = 0
-        self._sources: SourceRows | None = None
-        self._judges: list[CostModel | None] | None = None
-        self._dropped = False
         self._model: CostModel | None = None
-        #: Per source workload, the weight of its rows in the last model round.
-        self.last_source_weights: dict[str, float] = {}
         #: Wall time per phase of the last model round (for benchmarks and the curious).
         self.last_round_seconds: dict[str, float] = {}
+
+    @property
+    def source_studies(self) -> list[optuna.Study] | str:
+        """The prior studies, or `AUTO` until they are found (`tensortune.tune` sets them)."""
+        return self.warm.studies
+
+    @source_studies.setter
+    def source_studies(self, studies: list[optuna.Study]) -> None:
+        self.warm.studies = list(studies)
+
+    @property
+    def last_source_weights(self) -> dict[str, float]:
+        """Per source workload, the weight of its rows in the last model round."""
+        return self.warm.weights
 
     # -- Optuna's sampler interface ----------------------------------------------------------
     def reseed_rng(self) -> None:
@@ -362,7 +358,7 @@ class CostModelSampler(BaseSampler):
         from tensortune.templates import template_for
 
         workload = study_workload(study)
-        self._find_sources(study, workload)
+        self.warm.resolve(study, workload)
         if self._workload_key != workload.key:  # another study: start over
             self._workload_key = workload.key
             self._reset(template_for(workload, study_target(study)))
@@ -379,7 +375,7 @@ class CostModelSampler(BaseSampler):
             # Prior studies of another shape taught the model more through program features:
             # warm proposals for matmul 128 from a 192x96x160 study re-timed at a median 44-56
             # GFLOP/s with curve features against 30 with knob features (16 configs each).
-            knob = cpu_xgb and (drop_sources or not self.source_studies)
+            knob = cpu_xgb and (drop_sources or not self.warm.studies)
             self.feature_set = "knob" if knob else COST_MODELS[self.cost_model]
         self.settings = dataclasses.replace(
             self.settings, evolution=evolve_sizes(self.feature_set == "knob")
@@ -390,11 +386,13 @@ class CostModelSampler(BaseSampler):
         self._startup = None
         self._chains = None
         self._fitted_at = -1
-        self._sources = None
-        self._judges = None
         self._model = None
-        self._dropped = drop_sources
-        self.last_source_weights = {k: 0.0 for k in self.last_source_weights if drop_sources}
+        self.warm.reset(drop=drop_sources)
+        if drop_sources:
+            # Go on as the cold study of this seed would, from its random state at the start.
+            # The configs the sources chose stay in the data: they are the target's own
+            # measurements, whoever picked them.
+            self._rng = np.random.default_rng(self.seed)
 
     def _next_config(
         self, study: optuna.Study, number: int, fresh: bool = False
@@ -402,12 +400,12 @@ class CostModelSampler(BaseSampler):
         """The config for trial `number`, where it came from, and its acquisition score."""
         if self._space is None:
             assert self.template is not None
-            self._find_sources(study, self.template.workload)
+            self.warm.resolve(study, self.template.workload)
             self._reset(self.template)
         assert self._space is not None
         history = read_history(study, self._space, fresh=fresh)
         n_measured = int(np.isfinite(history.values).sum())
-        warm = self._source_rows(study) is not None
+        warm = self.warm.load(study, self.feature_set) is not None
         if not warm and (n_measured < self.n_startup_trials or n_measured < 2):
             return self._startup_config(history.taken), "startup", float("nan")
         if warm and n_measured < self.n_startup_trials and number % 2:
@@ -420,8 +418,7 @@ class CostModelSampler(BaseSampler):
                 self._queue.clear()
                 self._propose(history)
                 stale = False
-                silent = self.last_source_weights and not any(self.last_source_weights.values())
-                if silent and not self._dropped:
+                if self.warm.silent():
                     # Every source ranks the study's own configs no better than chance, or
                     # reversed: go on as a cold study would.
                     assert self._extractor is not None
@@ -432,35 +429,6 @@ class CostModelSampler(BaseSampler):
             indices, source, score = self._queue.popleft()
             if indices not in history.taken:
                 return indices, source, score
-
-    def _find_sources(self, study: optuna.Study, workload: Workload) -> None:
-        """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
-        the study's own storage (none where the study records no target)."""
-        if self.source_studies != AUTO:
-            return
-        target = study.user_attrs.get("target")
-        if target is None:
-            self.source_studies = []
-            return
-        # No public way from a Study to its storage; Optuna's own code reads it so.
-        found = find_sources(study._storage, workload, target, exclude=study.study_name)
-        self.source_studies = [source for source, _ in found]
-
-    def _source_rows(self, study: optuna.Study) -> SourceRows | None:
-        """The source studies' rows, read once per sampler; None without sources."""
-        if not self.source_studies or isinstance(self.source_studies, str) or self._dropped:
-            return None
-        if self._sources is None:
-            target = study.user_attrs.get("target")
-            if target is None:
-                raise TensortuneError(
-                    f"study {study.study_name!r} records no target, so its transfer sources "
-                    "cannot be checked: create it with tensortune.tune or "
-                    "tensortune.storage.create_study"
-                )
-            check_sources(self.source_studies, target, study.study_name)
-            self._sources = load_sources(self.source_studies, self.feature_set)
-        return self._sources
 
     def _propose(self, history: History) -> None:
         assert self._space is not None and self._extractor is not None
@@ -478,17 +446,13 @@ class CostModelSampler(BaseSampler):
             self.settings,
             self._chains,
             self._rng,
-            prior=self._sources,
-            prior_starts=self._prior_starts(),
+            prior=self.warm.rows,
+            prior_starts=self.warm.starts(space),
             # A model that warm-starts (the TreeGRU) goes on from its last fit; others are new.
             model=self._model if self._model is not None and self._model.warm_start else None,
             judges=self._source_judges(),
         )
-        if self._sources is not None:
-            self.last_source_weights = {
-                key: round(float(w), 4)
-                for key, w in zip(self._sources.workloads, result.source_weights, strict=True)
-            }
+        self.warm.record(result.source_weights)
         self._model = result.model
         self._chains = result.states
         self._fitted_at = history.n_finished
@@ -498,33 +462,15 @@ class CostModelSampler(BaseSampler):
             self._queue.append((tuple(int(v) for v in row), source, float(score)))
 
     def _source_judges(self) -> list[CostModel | None]:
-        """One model per source workload, fit on its rows alone once per study, that the
-        ``"evidence"`` weighting ranks the study's own configs with; none otherwise."""
-        if self._sources is None or self.settings.source_weighting != "evidence":
+        """The judges the ``"evidence"`` weighting ranks the study's own configs with (see
+        `WarmStart.judges`); none otherwise."""
+        if self.settings.source_weighting != "evidence":
             return []
-        if self._judges is None:
-            settings, seed = self.settings, self.seed or 0
-            # One member each: a judge only orders configs, it needs no spread.
-            self._judges = fit_judges(
-                self._sources,
-                lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed),
-            )
-        return self._judges
-
-    def _prior_starts(self) -> np.ndarray | None:
-        """The sources' best configs that fit this study's knobs, as indices (none once the
-        sources were dropped: `_sources` is None then)."""
-        if self._sources is None or not self.source_starts:
-            return None
-        assert self._space is not None
-        rows: list[tuple[int, ...]] = []
-        for config in self._sources.best_configs:
-            moved = project_config(config, self._space.knobs)
-            indices = self._space.encode(moved) if moved is not None else None
-            if indices is not None and indices not in rows:
-                rows.append(indices)
-        rows = rows[: self.source_starts]
-        return np.asarray(rows, dtype=np.int64) if rows else None
+        settings, seed = self.settings, self.seed or 0
+        # One member each: a judge only orders configs, it needs no spread.
+        return self.warm.judges(
+            lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed)
+        )
 
     def _startup_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         """The first point of a seeded space-filling design (`tensortune.search.space_filling`)

@@ -1,0 +1,134 @@
+"""The prior studies one `CostModelSampler` study learns from, and what it keeps of them.
+
+`tensortune.sampler.transfer` has the plain functions (rows, judges, weights, distances); this
+holds their state for one study: which studies (``"auto"`` until found), their rows read once,
+the judges fitted once, the last round's weights, and whether the study dropped them because
+none ranked its own configs better than chance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import optuna
+
+from tensortune.errors import TensortuneError
+from tensortune.sampler.transfer import (
+    AUTO,
+    SourceRows,
+    check_sources,
+    find_sources,
+    fit_judges,
+    load_sources,
+    project_config,
+)
+
+if TYPE_CHECKING:
+    from tensortune.cost_model import CostModel
+    from tensortune.sampler.history import KnobSpace
+    from tensortune.workloads import Workload
+
+
+class WarmStart:
+    """The sources of one study.
+
+    Args:
+        studies: Prior studies, or `tensortune.sampler.transfer.AUTO` to find them in the
+            study's own storage on first use (`resolve`).
+        n_starts: How many of the sources' best configs may seed the search (`starts`).
+    """
+
+    def __init__(self, studies: Sequence[optuna.Study] | str, n_starts: int) -> None:
+        #: The prior studies, or `AUTO` until they are found.
+        self.studies: list[optuna.Study] | str = AUTO if isinstance(studies, str) else list(studies)
+        self.n_starts = n_starts
+        #: Per source workload, the weight of its rows in the last model round.
+        self.weights: dict[str, float] = {}
+        #: True once every source weighed nothing and the study went on cold.
+        self.dropped = False
+        self._rows: SourceRows | None = None
+        self._judges: list[CostModel | None] | None = None
+
+    @property
+    def rows(self) -> SourceRows | None:
+        """The sources' rows once `load` read them; None before, without sources, or dropped."""
+        return self._rows
+
+    def resolve(self, study: optuna.Study, workload: Workload) -> None:
+        """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
+        the study's own storage (none where the study records no target)."""
+        if self.studies != AUTO:
+            return
+        target = study.user_attrs.get("target")
+        if target is None:
+            self.studies = []
+            return
+        # No public way from a Study to its storage; Optuna's own code reads it so.
+        found = find_sources(study._storage, workload, target, exclude=study.study_name)
+        self.studies = [source for source, _ in found]
+
+    def load(self, study: optuna.Study, feature_set: str) -> SourceRows | None:
+        """The sources' rows in `feature_set`, read once; None without sources or dropped.
+
+        Raises:
+            TensortuneError: Where `study` records no target, or a source is of another
+                target, has no completed trial or was not made by tensortune.
+        """
+        if not self.studies or isinstance(self.studies, str) or self.dropped:
+            return None
+        if self._rows is None:
+            target = study.user_attrs.get("target")
+            if target is None:
+                raise TensortuneError(
+                    f"study {study.study_name!r} records no target, so its transfer sources "
+                    "cannot be checked: create it with tensortune.tune or "
+                    "tensortune.storage.create_study"
+                )
+            check_sources(self.studies, target, study.study_name)
+            self._rows = load_sources(self.studies, feature_set)
+        return self._rows
+
+    def judges(self, make_model: Callable[[], CostModel]) -> list[CostModel | None]:
+        """One model per source workload (`make_model()` each), fitted on its rows alone once
+        per study; none before `load` or once dropped."""
+        if self._rows is None:
+            return []
+        if self._judges is None:
+            self._judges = fit_judges(self._rows, make_model)
+        return self._judges
+
+    def starts(self, space: KnobSpace) -> np.ndarray | None:
+        """Up to `n_starts` of the sources' best configs that fit `space`'s knobs, as indices
+        (`tensortune.sampler.transfer.project_config`); None without any."""
+        if self._rows is None or not self.n_starts:
+            return None
+        rows: list[tuple[int, ...]] = []
+        for config in self._rows.best_configs:
+            moved = project_config(config, space.knobs)
+            indices = space.encode(moved) if moved is not None else None
+            if indices is not None and indices not in rows:
+                rows.append(indices)
+        rows = rows[: self.n_starts]
+        return np.asarray(rows, dtype=np.int64) if rows else None
+
+    def record(self, weights: np.ndarray) -> None:
+        """Keep a model round's weights, one per source workload of `rows`."""
+        if self._rows is not None:
+            self.weights = {
+                key: round(float(w), 4)
+                for key, w in zip(self._rows.workloads, weights, strict=True)
+            }
+
+    def silent(self) -> bool:
+        """Whether the last round weighed every source at nothing, and they are not dropped."""
+        return bool(self.weights) and not any(self.weights.values()) and not self.dropped
+
+    def reset(self, drop: bool = False) -> None:
+        """Forget the rows and judges (a new template: they are read again); with `drop`, go
+        on without sources, their weights shown at zero."""
+        self._rows = None
+        self._judges = None
+        self.dropped = drop
+        self.weights = {k: 0.0 for k in self.weights if drop}
