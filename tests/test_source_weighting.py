@@ -113,9 +113,13 @@ def test_a_misleading_source_stops_counting_and_does_not_hurt(tmp_path):
                 # Judged on the study's own configs, the reversed source weighs nothing.
                 assert history[-1][1] == 0.0, history
                 assert history[0][1] > 0.0, history  # before there was evidence
-    # Same seeds: warm-starting from a reversed source ends no worse than a cold start, and an
-    # honest source helps.
-    assert min(np.array(bests["inverted"]) - np.array(bests["cold"])) >= 0, bests
+    # Same seeds: warm-starting from a reversed source ends no worse than a cold start on the
+    # median, the benchmark's criterion (studies/transfer.py), and an honest source helps. Not
+    # seed by seed: 4 of the warm study's first 8 configs are the source's, so its path differs
+    # from the cold one's from there on, and either may end a knob step ahead (a CI run:
+    # inverted 8.5 / 11.5 / 9.5 against cold 9.5 / 11.5 / 9.5; a local one with another
+    # tie-break: 8.5 / 11.5 / 9.5 against 9.5 / 11.5 / 8.5).
+    assert np.median(bests["inverted"]) >= np.median(bests["cold"]), bests
     assert np.median(bests["honest"]) >= np.median(bests["cold"]), bests
 
 
