@@ -40,6 +40,14 @@ WORKLOADS: dict[str, tuple[str, dict[str, int]]] = {
         )
     },
 }
+#: Shapes the sampler's defaults were not chosen on, with awkward factors, to check that they
+#: hold elsewhere (issue 19): a matmul with factors 7 and 5^2, an Inception-like conv2d on a
+#: 35x35 map, and ViT-B/16's attention scores (197 tokens, a prime).
+UNSEEN_WORKLOADS: dict[str, tuple[str, dict[str, int]]] = {
+    "matmul-odd": ("matmul", dict(M=1000, N=700, K=600)),
+    "conv2d-odd": ("conv2d", dict(N=1, C=96, H=35, W=35, OC=160, KH=3, KW=3, stride=1, pad=1)),
+    "vit-attention": ("batch_matmul", dict(B=12, M=197, N=197, K=64)),
+}
 #: Small stand-ins for the --quick modes.
 QUICK_WORKLOADS: dict[str, tuple[str, dict[str, int]]] = {
     "matmul-64": ("matmul", dict(M=64, N=64, K=64)),
@@ -53,16 +61,20 @@ QUICK_WORKLOADS: dict[str, tuple[str, dict[str, int]]] = {
 CONV_LABELS = {"resnet18-c7": "conv2d-c7", "resnet18-c12": "conv2d-c12"}
 
 
+#: Every workload label the scripts know, in the order results are written.
+ALL_WORKLOADS = WORKLOADS | UNSEEN_WORKLOADS | QUICK_WORKLOADS
+
+
 def workload_of(label: str) -> Workload:
-    """The workload a label of `WORKLOADS` or `QUICK_WORKLOADS` names."""
-    op, shape = (WORKLOADS | QUICK_WORKLOADS)[label]
+    """The workload a label of `ALL_WORKLOADS` names."""
+    op, shape = ALL_WORKLOADS[label]
     return tensortune.get_workload(op, **shape)
 
 
 def case(label: str) -> tuple[str, str, dict[str, int]]:
     """(results label, operator, shape) of a workload label, for the scripts that write
     `CONV_LABELS`' names."""
-    op, shape = (WORKLOADS | QUICK_WORKLOADS)[label]
+    op, shape = ALL_WORKLOADS[label]
     return CONV_LABELS.get(label, label), op, shape
 
 
