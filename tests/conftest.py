@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 
@@ -24,6 +27,36 @@ def storage_url(tmp_path) -> str:
 def fast_settings() -> MeasureSettings:
     """Short timings: these tests check behaviour, not speed."""
     return MeasureSettings(repeat=2, min_repeat_ms=2, run_timeout=10.0, build_timeout=60.0)
+
+
+@pytest.fixture
+def retimed_medians() -> Callable[..., dict[str, float]]:
+    """`held_out_medians`, for tests that judge proposals on a timing of their own."""
+    return held_out_medians
+
+
+def held_out_medians(
+    template: Any, groups: dict[str, list[dict]], settings: MeasureSettings | None = None
+) -> dict[str, float]:
+    """Median GFLOP/s of each group of `template` configs, timed again in one process on the
+    llvm target: the groups' configs interleaved, timed twice in opposite orders, the faster
+    reading kept per config (0 for a failed one). A change of load during the timing then
+    touches every group alike. `settings` default: 3 repeats of at least 5 ms."""
+    from tensortune.measure import Measurer
+    from tensortune.target import target_spec
+
+    longest = max((len(configs) for configs in groups.values()), default=0)
+    slots = [(name, i) for i in range(longest) for name in groups if i < len(groups[name])]
+    configs = [groups[name][i] for name, i in slots]
+    settings = settings or MeasureSettings(repeat=3, min_repeat_ms=5)
+    with Measurer(template, target_spec("llvm"), settings) as measurer:
+        first = measurer.measure(configs)
+        second = measurer.measure(configs[::-1])[::-1]
+    flops = template.workload.flop_count
+    found: dict[str, list[float]] = {name: [] for name in groups}
+    for (name, _), readings in zip(slots, zip(first, second, strict=True), strict=True):
+        found[name].append(max(flops / r.cost / 1e9 if r.error is None else 0.0 for r in readings))
+    return {name: float(np.median(values)) for name, values in found.items()}
 
 
 def _file_state(path: str) -> tuple[int, int, int] | None:

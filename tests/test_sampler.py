@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-import json
-
-import numpy as np
 import optuna
 import pytest
 from optuna.testing.pytest_samplers import (
@@ -16,9 +12,7 @@ from optuna.testing.pytest_samplers import (
 from optuna.trial import TrialState
 
 import tensortune
-from tensortune.measure import Measurer, MeasureSettings
 from tensortune.sampler import CostModelSampler
-from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
 from tensortune.trial_records import CONFIG_ATTR, PROPOSAL_ATTR
 
@@ -36,7 +30,9 @@ def _configs(study):
 
 
 @pytest.mark.slow
-def test_study_measures_no_config_twice_and_uses_the_model(storage_url, fast_settings):
+def test_study_measures_no_config_twice_and_uses_the_model(
+    storage_url, fast_settings, retimed_medians
+):
     sampler = CostModelSampler(n_startup_trials=8, batch_size=8, seed=0)
     study = tensortune.tune(
         "matmul",
@@ -63,20 +59,10 @@ def test_study_measures_no_config_twice_and_uses_the_model(storage_url, fast_set
     # held-out re-timing (both groups in one process, interleaved, twice in opposite orders),
     # not on the values the study saw: a CI machine busy during the model rounds alone once
     # made those read 10 against 23 GFLOP/s where a quiet one reads about 110 against 30.
-    startup = [t.params for t in study.trials[:8]]
-    learned = [t.params for t in study.trials[8:]]
-    configs = [c for pair in itertools.zip_longest(startup, learned) for c in pair if c]
     template = CpuTemplate(tensortune.get_workload("matmul", 64, 64, 64))
-    with Measurer(template, target_spec("llvm"), MeasureSettings(repeat=3, min_repeat_ms=5)) as m:
-        first, second = m.measure(configs), m.measure(configs[::-1])[::-1]
-    flops = template.workload.flop_count
-    best = {
-        json.dumps(c, sort_keys=True): max(flops / r.cost if r.error is None else 0.0 for r in rs)
-        for c, rs in zip(configs, zip(first, second, strict=True), strict=True)
-    }
-    startup_median = np.median([best[json.dumps(c, sort_keys=True)] for c in startup])
-    learned_median = np.median([best[json.dumps(c, sort_keys=True)] for c in learned])
-    assert learned_median > startup_median, (learned_median / 1e9, startup_median / 1e9)
+    groups = {"startup": study.trials[:8], "learned": study.trials[8:]}
+    medians = retimed_medians(template, {k: [t.params for t in v] for k, v in groups.items()})
+    assert medians["learned"] > medians["startup"], medians
 
 
 @pytest.mark.slow

@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import optuna
 import pytest
 
 import tensortune
 from tensortune import MeasureSettings, TensortuneError
 from tensortune.cli import main
-from tensortune.measure import Measurer
 from tensortune.sampler import CostModelSampler
 from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
@@ -47,7 +45,9 @@ def _prior(url: str) -> optuna.Study:
 
 
 @pytest.mark.slow
-def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_settings):
+def test_warm_first_proposals_beat_cold_ones(
+    source_url, storage_url, fast_settings, retimed_medians
+):
     workload = tensortune.get_workload("matmul", **TARGET)
     template = CpuTemplate(workload)
     batches: dict[str, list[dict]] = {"cold": [], "warm": []}
@@ -77,12 +77,9 @@ def test_warm_first_proposals_beat_cold_ones(source_url, storage_url, fast_setti
                               if kind != "startup" or mode == "cold"]  # fmt: skip
     assert "model" in warm_kinds
 
-    # Held out: every proposed config timed again, in one process, interleaved.
-    with Measurer(template, target_spec("llvm"), MeasureSettings(repeat=3, min_repeat_ms=10)) as m:
-        results = m.measure(batches["cold"] + batches["warm"])
-    gflops = [workload.flop_count / r.cost / 1e9 if r.error is None else 0.0 for r in results]
-    n_cold = len(batches["cold"])
-    cold, warm = np.median(gflops[:n_cold]), np.median(gflops[n_cold:])
+    # Held out: every proposed config timed again, in one process, the two groups interleaved.
+    medians = retimed_medians(template, batches, MeasureSettings(repeat=3, min_repeat_ms=10))
+    cold, warm = medians["cold"], medians["warm"]
     # Measured here (2 seeds): warm 49, cold 10 GFLOP/s; earlier, 3 seeds: warm 96-166
     # against cold 27-43 per seed. A transfer that
     # learnt nothing proposes configs no better than random ones (ratio near 1).
