@@ -12,9 +12,13 @@ Ratios to the vendor divide by the vendor re-timed interleaved with the winners 
 workload and seed (``remeasured_vendor``); studies from before it was stored fall back to the
 median of the workload's tuning-time readings, and the vendor column says which.
 
-Run on its own it redraws them from the committed CSV files:
+Run on its own it redraws them from the committed CSV files, or merges the rows of several
+runs (other seeds of the same workloads, run on another day) into one report, with the trials to
+90 % of the best known recomputed over all of them:
 
     python studies/efficiency_report.py [--out studies/results]
+    python studies/efficiency_report.py --runs studies/results/explore \
+        studies/results/explore-34 --out studies/results/explore-5seeds
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from efficiency_goals import (
     tuner_order,
     vendor_of,
 )
-from results_io import draw_band, pyplot, read_csv
+from results_io import draw_band, pyplot, read_csv, write_csv
 
 RATIO_AT = (64, 128, 256)
 #: Trials to a level: a level as a fraction of the workload's best known kernel (`KNOWN`).
@@ -217,9 +221,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     parser.add_argument("--out", default=here, help=f"results folder (default {here})")
+    parser.add_argument(
+        "--runs", nargs="+", metavar="DIR", default=None,
+        help="results folders of sample_efficiency runs to merge into --out (default: none, "
+        "redraw --out from its own CSV files)",
+    )  # fmt: skip
     args = parser.parse_args()
-    rows = read_csv(os.path.join(args.out, "sample_efficiency.csv"))
-    curves = read_csv(os.path.join(args.out, "sample_efficiency_curves.csv"))
+    rows, curves = [], []
+    for folder in args.runs or [args.out]:
+        try:
+            rows += read_csv(os.path.join(folder, "sample_efficiency.csv"))
+            curves += read_csv(os.path.join(folder, "sample_efficiency_curves.csv"))
+        except OSError as err:
+            parser.error(f"cannot read the results of {folder}: {err.strerror}")
+    studies = [(r["workload"], r["tuner"], r["seed"]) for r in rows]
+    twice = sorted({s for s in studies if studies.count(s) > 1})
+    if twice:
+        parser.error(f"runs overlap: {'/'.join(twice[0])} is in more than one of them")
+    if args.runs:
+        add_trials_to_known(rows, curves)
+        os.makedirs(args.out, exist_ok=True)
+        write_csv(os.path.join(args.out, "sample_efficiency.csv"), rows)
+        write_csv(os.path.join(args.out, "sample_efficiency_curves.csv"), curves)
     report(rows, curves, args.out)
 
 

@@ -460,3 +460,43 @@ def test_common_retime_and_first_trial():
     assert common.first_trial([None, 1.0, 3.0, 4.0], 3.0, above=True) == 4
     assert common.first_trial([1.0, None], 5.0) == ""
     assert common.case("resnet18-c7") == ("conv2d-c7", *common.WORKLOADS["resnet18-c7"])
+
+
+def test_efficiency_report_merges_runs_of_other_seeds(tmp_path):
+    """``efficiency_report.py --runs``: two runs of other seeds make one report, with the best
+    known kernel taken over both; runs that hold the same study are refused, nothing written."""
+    script = os.path.join(STUDIES, "efficiency_report.py")
+    with open(os.path.join(STUDIES, "results", "explore", "sample_efficiency.csv")) as f:
+        rows = list(csv.DictReader(f))
+    with open(os.path.join(STUDIES, "results", "explore", "sample_efficiency_curves.csv")) as f:
+        curves = list(csv.DictReader(f))
+    runs = []
+    for seeds in (("0", "1"), ("2",)):  # the committed run, split by seed
+        folder = tmp_path / f"seeds{'-'.join(seeds)}"
+        folder.mkdir()
+        tables = {"sample_efficiency.csv": rows, "sample_efficiency_curves.csv": curves}
+        for name, table in tables.items():
+            # Each part's trials to the best known left blank: the merge must work them out.
+            mine = [r | {"trials_to_90%_known": ""} if "trials" in r else r
+                    for r in table if r["seed"] in seeds]  # fmt: skip
+            with open(folder / name, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(table[0]))
+                writer.writeheader()
+                writer.writerows(mine)
+        runs.append(str(folder))
+    merged = tmp_path / "merged"
+    done = subprocess.run([sys.executable, script, "--runs", *runs, "--out", str(merged)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(merged / "sample_efficiency.csv") as f:
+        again = {(r["workload"], r["tuner"], r["seed"]): r for r in csv.DictReader(f)}
+    # Worked out again over both parts: the same as over the whole run.
+    assert {k: r["trials_to_90%_known"] for k, r in again.items()} == {
+        (r["workload"], r["tuner"], r["seed"]): r["trials_to_90%_known"] for r in rows
+    }
+    assert "over 21 pairs" in (merged / "sample_efficiency_summary.md").read_text()
+    overlap = tmp_path / "overlap"
+    done = subprocess.run([sys.executable, script, "--runs", runs[0], runs[0], "--out",
+                           str(overlap)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and "runs overlap" in done.stderr.strip().splitlines()[-1]
+    assert not overlap.exists()
