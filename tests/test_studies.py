@@ -471,7 +471,7 @@ def test_efficiency_report_merges_runs_of_other_seeds(tmp_path):
     with open(os.path.join(STUDIES, "results", "explore", "sample_efficiency_curves.csv")) as f:
         curves = list(csv.DictReader(f))
     runs = []
-    for seeds in (("0", "1"), ("2",)):  # the committed run, split by seed
+    for seeds in (("2", "3"), ("4",)):  # the committed run (seeds 2-4), split by seed
         folder = tmp_path / f"seeds{'-'.join(seeds)}"
         folder.mkdir()
         tables = {"sample_efficiency.csv": rows, "sample_efficiency_curves.csv": curves}
