@@ -104,6 +104,40 @@ def finished(storage: str, name: str) -> optuna.Study | None:
     return None
 
 
+class TimedSampler(optuna.samplers.BaseSampler):
+    """Passes everything to `inner` and adds up the seconds it spends choosing params, in all
+    (`seconds`) and per trial number (`per_trial`)."""
+
+    def __init__(self, inner: optuna.samplers.BaseSampler) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+        self.per_trial: dict[int, float] = {}
+
+    def _timed(self, method: str, study: optuna.Study, trial: Any, *rest: object) -> Any:
+        start = time.perf_counter()
+        try:
+            return getattr(self.inner, method)(study, trial, *rest)
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds += spent
+            self.per_trial[trial.number] = self.per_trial.get(trial.number, 0.0) + spent
+
+    def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
+        return self._timed("infer_relative_search_space", study, trial)
+
+    def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
+        return self._timed("sample_relative", study, trial, search_space)
+
+    def sample_independent(self, study, trial, name, distribution):  # type: ignore[no-untyped-def]
+        return self._timed("sample_independent", study, trial, name, distribution)
+
+    def before_trial(self, study, trial):  # type: ignore[no-untyped-def]
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values):  # type: ignore[no-untyped-def]
+        self.inner.after_trial(study, trial, state, values)
+
+
 #: The key of the vendor's seconds in `retime`'s result.
 VENDOR = "vendor"
 

@@ -51,6 +51,7 @@ from common import (
     UNSEEN_WORKLOADS,
     VENDOR,
     WORKLOADS,
+    TimedSampler,
     finished,
     first_trial,
     retime,
@@ -97,36 +98,6 @@ RETIME = MeasureSettings(repeat=5, min_repeat_ms=50)
 RETIME_ROUNDS = 3
 RETIMED = "bench:remeasured_gflops"
 RETIMED_VENDOR = "bench:remeasured_vendor_gflops"
-
-
-class TimedSampler(optuna.samplers.BaseSampler):
-    """Passes everything to `inner` and adds up the seconds it spends choosing params."""
-
-    def __init__(self, inner: optuna.samplers.BaseSampler) -> None:
-        self.inner = inner
-        self.seconds = 0.0
-
-    def _timed(self, method: str, *args: object) -> object:
-        start = time.perf_counter()
-        try:
-            return getattr(self.inner, method)(*args)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def infer_relative_search_space(self, study, trial):  # type: ignore[no-untyped-def]
-        return self._timed("infer_relative_search_space", study, trial)
-
-    def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
-        return self._timed("sample_relative", study, trial, search_space)
-
-    def sample_independent(self, study, trial, name, distribution):  # type: ignore[no-untyped-def]
-        return self._timed("sample_independent", study, trial, name, distribution)
-
-    def before_trial(self, study, trial):  # type: ignore[no-untyped-def]
-        self.inner.before_trial(study, trial)
-
-    def after_trial(self, study, trial, state, values):  # type: ignore[no-untyped-def]
-        self.inner.after_trial(study, trial, state, values)
 
 
 def make_tuner(tuner: str, seed: int) -> optuna.samplers.BaseSampler:

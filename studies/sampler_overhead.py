@@ -1,16 +1,18 @@
-"""What the learned sampler costs next to what it saves: with 1000 finished trials in a study,
-the time to propose a batch of 64 against the time to build and measure those 64.
+"""What the learned sampler costs next to the study it drives, as the history grows: a real
+study of more than 1000 trials (every config built, checked and timed, as `tensortune tune`
+does, no measurement cache) with the default `tensortune.CostModelSampler`, and per window of
+64 trials the sampler's own seconds against the window's wall time.
 
-The 1000 trials are distinct random configs of the template with random (log-normal) values:
-the sampler's work (reading the trials, their features, fitting, annealing, selecting) does
-not depend on the values, only on their number. The 64 proposals are then really built and
-timed. A proposal round is timed twice: in a fresh process (every feature computed) and once
-more after the measurements (features of the history cached, as in a running study).
+The first window is the overhead of a 64-trial study (vendor baseline included in its wall
+time, as in ``sample_efficiency.py``); the last starts with 1000 measured trials of history.
+Cheap kernels are the worst case for the share, so the default workloads are the two
+reference layers that measure fastest (ResNet-18 C12 and C2).
 
-Writes ``studies/results/sampler_overhead.csv``.
+Writes ``studies/results/sampler_overhead.csv`` (one row per workload and window) and
+``sampler_overhead_phases.csv`` (the seconds of each part of the last model round).
 
-    python studies/sampler_overhead.py
-    python studies/sampler_overhead.py --quick --out /tmp
+    python studies/sampler_overhead.py                    # C12 and C2, 1064 trials, seed 0
+    python studies/sampler_overhead.py --quick --out /tmp # matmul 64, 96 trials, windows of 32
 """
 
 from __future__ import annotations
@@ -20,103 +22,102 @@ import os
 import tempfile
 import time
 
-import numpy as np
 import optuna
-from common import case
+from common import CONV_LABELS, RESULTS, SETTINGS, TimedSampler, workload_of
 from results_io import write_csv
 
 import tensortune
-from tensortune.measure import Measurer
-from tensortune.sampler import CostModelSampler
-from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
-from tensortune.templates import CpuTemplate, InvalidConfig
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-FULL = [case(label) for label in ("matmul-1024", "resnet18-c7")]
-QUICK = [case("matmul-64")]
+FULL = ("resnet18-c12", "resnet18-c2")
+QUICK = ("matmul-64",)
+#: Trials per window; the first window is a 64-trial study, as the goals count it.
+WINDOW = 64
 
 
-def history(template: CpuTemplate, n: int, seed: int) -> list[optuna.trial.FrozenTrial]:
-    rng = np.random.default_rng(seed)
-    distributions = template.distributions()
-    seen: set[tuple] = set()
-    trials = []
-    while len(trials) < n:
-        config = {k.name: k.choices[rng.integers(len(k.choices))] for k in template.knobs}
-        key = tuple(config.values())
-        if key in seen:
-            continue
-        seen.add(key)
-        value = float(rng.lognormal(3.0, 1.0))
-        trials.append(
-            optuna.trial.create_trial(params=config, distributions=distributions, value=value)
+def windows(
+    trials: list[optuna.trial.FrozenTrial], sampler_s: dict[int, float], start: float, size: int
+) -> list[dict]:
+    """Per window of `size` trials (by number): the sampler's seconds, the wall seconds from
+    the end of the previous window (or `start`, the study's, for the first) to the end of this
+    one, and the share. Trials are complete or failed ones, in number order."""
+    rows = []
+    previous_end = start
+    for first in range(0, len(trials) - size + 1, size):
+        window = trials[first : first + size]
+        end = max(t.datetime_complete.timestamp() for t in window if t.datetime_complete)
+        spent = sum(sampler_s.get(t.number, 0.0) for t in window)
+        wall = end - previous_end
+        rows.append(
+            {
+                "trials": f"{first + 1}-{first + size}",
+                "history_at_start": first,
+                "sampler_s": round(spent, 2),
+                "wall_s": round(wall, 1),
+                "sampler_share": round(spent / wall, 4),
+                "failed": sum(t.state != optuna.trial.TrialState.COMPLETE for t in window),
+                "best_gflops": round(
+                    max((t.value for t in trials[: first + size] if t.value), default=0.0), 1
+                ),
+            }
         )
-    return trials
+        previous_end = end
+    return rows
 
 
-def propose(study: optuna.Study, template: CpuTemplate, n: int) -> tuple[list, float]:
-    start = time.perf_counter()
-    trials = [study.ask() for _ in range(n)]
-    configs = [template.suggest(t) for t in trials]
-    return list(zip(trials, configs, strict=True)), time.perf_counter() - start
-
-
-def measure_case(label: str, name: str, shape: dict, n_history: int, batch: int) -> dict:
-    workload = tensortune.get_workload(name, **shape)
-    template = CpuTemplate(workload)
-    target = target_spec("llvm")
-    storage = open_storage(f"sqlite:///{tempfile.mkdtemp()}/overhead.db")
-    sampler = CostModelSampler(batch_size=batch, seed=0)
-    study = create_study(storage, label, workload, target, None, sampler)
-    study.add_trials(history(template, n_history, seed=0))
-
-    asked, cold = propose(study, template, batch)
-    cold_phases = dict(sampler.last_round_seconds)
-    start = time.perf_counter()
-    with Measurer(template, target) as measurer:
-        results = measurer.measure([c for _, c in asked])
-    measure_s = time.perf_counter() - start
-    for (trial, _), result in zip(asked, results, strict=True):
-        value = None if result.error else workload.flop_count / result.cost / 1e9
-        study.tell(trial, value, state=None if value else optuna.trial.TrialState.FAIL)
-    _, warm = propose(study, template, batch)
-    warm_phases = sampler.last_round_seconds
-    invalid = sum(1 for _, c in asked if _is_invalid(template, c))
-    return {
-        "workload": label,
-        "history_trials": n_history,
-        "batch": batch,
-        "propose_cold_s": round(cold, 2),
-        "propose_warm_s": round(warm, 2),
-        "measure_s": round(measure_s, 1),
-        "warm_share_of_measure": round(warm / measure_s, 3),
-        "cold_share_of_measure": round(cold / measure_s, 3),
-        **{f"cold_{k}_s": round(v, 2) for k, v in cold_phases.items()},
-        **{f"warm_{k}_s": round(v, 2) for k, v in warm_phases.items()},
-        "failed_of_batch": sum(1 for r in results if r.error) - invalid,
-    }
-
-
-def _is_invalid(template: CpuTemplate, config: dict) -> bool:
-    try:
-        template.apply(config)
-    except InvalidConfig:
-        return True
-    return False
+def run(label: str, n_trials: int, window: int, seed: int) -> tuple[list[dict], dict]:
+    """Tune `label` for `n_trials` with the default learned sampler; its `windows` rows (with
+    the workload's label) and the seconds of the sampler's last model round by part."""
+    sampler = tensortune.CostModelSampler(seed=seed)
+    timed = TimedSampler(sampler)
+    storage = f"sqlite:///{tempfile.mkdtemp()}/overhead.db"
+    start = time.time()
+    study = tensortune.tune(
+        workload_of(label),
+        target_spec("llvm"),
+        settings=SETTINGS,
+        n_trials=n_trials,
+        storage=storage,
+        study_name=f"{label}/overhead/s{seed}",
+        sampler=timed,
+        show_progress=True,
+    )
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    name = CONV_LABELS.get(label, label)
+    found = windows(trials, timed.per_trial, start, window)
+    rows = [{"workload": name, "seed": seed, **row} for row in found]
+    last_round = sampler.last_round_seconds
+    phases = {"workload": name, **{k: round(v, 3) for k, v in last_round.items()}}
+    return rows, phases
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="matmul 64, 100 trials, batch 16")
+    parser.add_argument("--quick", action="store_true", help="matmul 64, 96 trials, windows of 32")
+    parser.add_argument("--trials", type=int, default=1000 + WINDOW,
+                        help=f"trials per study (default {1000 + WINDOW}: a last window of "
+                        f"{WINDOW} with 1000 trials of history)")  # fmt: skip
+    parser.add_argument("--workloads", nargs="+", choices=FULL + QUICK, default=list(FULL),
+                        help=f"default {' '.join(FULL)}")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
     parser.add_argument("--out", default=RESULTS, help=f"results folder (default {RESULTS})")
     args = parser.parse_args()
-    cases, n_history, batch = (QUICK, 100, 16) if args.quick else (FULL, 1000, 64)
+    if args.quick:
+        labels, n_trials, window = QUICK, 96, 32
+    else:
+        labels, n_trials, window = tuple(args.workloads), args.trials, WINDOW
+    if n_trials < window:
+        parser.error(f"--trials must be at least one window ({window})")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rows = [measure_case(label, name, shape, n_history, batch) for label, name, shape in cases]
-    for row in rows:
-        print(row, flush=True)
+    rows, phases = [], []
+    for label in labels:
+        found, last = run(label, n_trials, window, args.seed)
+        for row in found:
+            print(row, flush=True)
+        rows += found
+        phases.append(last)
     write_csv(os.path.join(args.out, "sampler_overhead.csv"), rows)
+    write_csv(os.path.join(args.out, "sampler_overhead_phases.csv"), phases)
 
 
 if __name__ == "__main__":
