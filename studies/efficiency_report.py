@@ -28,7 +28,9 @@ import contextlib
 import math
 import os
 import statistics
+from collections.abc import Sequence
 
+from common import UNSEEN_WORKLOADS
 from efficiency_goals import (
     KNOWN,
     MAIN,
@@ -48,24 +50,27 @@ RATIO_AT = (64, 128, 256)
 LEVEL = 0.9
 
 
-def report(rows: list[dict], curves: list[dict], out: str) -> None:
+def report(rows: list[dict], curves: list[dict], out: str, overhead: Sequence[dict] = ()) -> None:
     """Write ``sample_efficiency_summary.md`` and the PNG plots under `out`; print the
-    summary. Rows without `KNOWN` (older CSVs) get it from `curves`."""
+    summary. Rows without `KNOWN` (older CSVs) get it from `curves`. Studies of
+    `common.UNSEEN_WORKLOADS` are pooled apart from the reference workloads' and answer the
+    goal about other shapes; `overhead` (rows of ``sampler_overhead.py``, default none)
+    answers the goal about a long history."""
     rows = [_numbers(r) for r in rows]
     curves = [_numbers(c) for c in curves]
     if any(KNOWN not in r for r in rows):
         add_trials_to_known(rows, curves)
     share_retimed_vendor(rows)
     total = sum(r["wall_s"] for r in rows) / 60
-    text = "\n\n".join(
-        [
-            summary_table(rows),
-            f"{len(rows)} studies, {total:.0f} min of tuning in all.",
-            pooled_table(rows),
-            trials_table(rows),
-            goals_section(rows),
-        ]
-    )
+    reference = [r for r in rows if r["workload"] not in UNSEEN_WORKLOADS]
+    unseen = [r for r in rows if r["workload"] in UNSEEN_WORKLOADS]
+    parts = [summary_table(rows), f"{len(rows)} studies, {total:.0f} min of tuning in all."]
+    if reference:
+        parts += [pooled_table(reference), trials_table(reference)]
+    if unseen:
+        parts.append("Shapes the defaults were not chosen on:\n\n" + pooled_table(unseen))
+    parts.append(goals_section(reference, unseen, overhead))
+    text = "\n\n".join(parts)
     with open(os.path.join(out, "sample_efficiency_summary.md"), "w") as f:
         f.write(text + "\n")
     print(text)
@@ -226,7 +231,13 @@ def main() -> None:
         help="results folders of sample_efficiency runs to merge into --out (default: none, "
         "redraw --out from its own CSV files)",
     )  # fmt: skip
+    parser.add_argument(
+        "--overhead", metavar="CSV", default=os.path.join(here, "sampler_overhead.csv"),
+        help="rows of sampler_overhead.py for the long-history goal (default: "
+        "results/sampler_overhead.csv, where it exists)",
+    )  # fmt: skip
     args = parser.parse_args()
+    overhead = read_csv(args.overhead) if os.path.exists(args.overhead) else []
     rows, curves = [], []
     for folder in args.runs or [args.out]:
         try:
@@ -243,7 +254,7 @@ def main() -> None:
         os.makedirs(args.out, exist_ok=True)
         write_csv(os.path.join(args.out, "sample_efficiency.csv"), rows)
         write_csv(os.path.join(args.out, "sample_efficiency_curves.csv"), curves)
-    report(rows, curves, args.out)
+    report(rows, curves, args.out, overhead)
 
 
 if __name__ == "__main__":

@@ -281,11 +281,48 @@ def test_efficiency_goals():
     # 32 trials: nothing at 64 to judge, and the 32-trial ratio is the re-timed one.
     rows = synthetic_rows({"a": [2.0, 1.8, 2.2]}, trials=32)
     verdicts = {goal: (verdict, numbers) for goal, verdict, numbers in goals.goals(rows)}
-    assert [v for g, (v, _) in verdicts.items() if "64" in g] == ["not measured here"] * 4
+    # (the fifth: no study of another shape)
+    assert [v for g, (v, _) in verdicts.items() if "64" in g] == ["not measured here"] * 5
     assert next(n for g, (_, n) in verdicts.items() if "1.5×" in g).endswith("re-timed")
     section = goals.goals_section(rows)
     assert section.startswith("| goal (issue 19) | verdict | numbers |")
     assert section.endswith("Seeds per workload: a 3 (the goals ask for 5).")
+
+
+def test_efficiency_goals_on_other_shapes_and_a_long_history():
+    goals = studies_module("efficiency_goals")
+    rows = synthetic_rows({"a": [2.0, 1.8, 2.2]})
+    unseen = synthetic_rows({"x": [1.1, 0.9, 1.2], "y": [1.3, 1.2, 1.0], "z": [2.0, 2.0, 2.0]})
+    overhead = [
+        {"workload": "c12", "seed": "0", "trials": "1-64", "history_at_start": "0",
+         "sampler_share": "0.2"},
+        {"workload": "c12", "seed": "0", "trials": "1001-1064", "history_at_start": "1000",
+         "sampler_share": "0.081"},
+        {"workload": "c2", "seed": "0", "trials": "1001-1064", "history_at_start": "1000",
+         "sampler_share": "0.095"},
+    ]  # fmt: skip
+    verdicts = {g: (v, n) for g, v, n in goals.goals(rows, unseen, overhead)}
+    (history,) = [vn for g, vn in verdicts.items() if "1000 trials of history" in g]
+    # The window from 1000 trials counts, not the first one's 20 %.
+    assert history == ("met", "c12 seed 0 8.1 % (trials 1001-1064), c2 seed 0 9.5 % "
+                              "(trials 1001-1064)")  # fmt: skip
+    (shapes,) = [vn for g, vn in verdicts.items() if "not tuned on" in g]
+    assert shapes[0] == "met" and shapes[1].startswith("x 110 vs 100, y 120 vs 100, z 200 vs 100")
+    assert shapes[1].endswith("over 9 pairs")
+    # The unseen shapes do not count in the reference goals: those see workload a only.
+    assert goals.goals(rows)[:-2] == goals.goals(rows, unseen, overhead)[:-2]
+    # One shape behind TPE in median; a share above 10 %; fewer than three shapes.
+    unseen = synthetic_rows({"x": [0.9, 0.8, 1.2], "y": [1.3], "z": [2.0]})
+    overhead[2]["sampler_share"] = "0.12"
+    verdicts = {g: (v, n) for g, v, n in goals.goals(rows, unseen, overhead)}
+    assert [v for g, (v, _) in verdicts.items() if "not tuned on" in g] == ["not met"]
+    assert [v for g, (v, _) in verdicts.items() if "history" in g] == ["not met"]
+    unseen = [r for r in unseen if r["workload"] != "z"]
+    verdicts = {g: (v, n) for g, v, n in goals.goals(rows, unseen, overhead[:1])}
+    assert [vn for g, vn in verdicts.items() if "not tuned on" in g] == [
+        ("not measured here", "2 such shapes with both tuners at 64 trials")
+    ]
+    assert [v for g, (v, _) in verdicts.items() if "history" in g] == ["not measured here"]
 
 
 def test_efficiency_goals_at_256_trials_against_the_vendor():
