@@ -10,13 +10,19 @@ import numpy as np
 import optuna
 import pytest
 import tvm
+from optuna.trial import TrialState
 from tvm import te, topi
 
+import tensortune
+from tensortune import CostModelSampler
 from tensortune.errors import TensortuneError
+from tensortune.storage import best_summary
 from tensortune.target import target_spec
+from tensortune.templates import InvalidConfig
 from tensortune.templates import metaschedule as ms_space
 from tensortune.templates.compile import compile_config
 from tensortune.templates.metaschedule import MetaScheduleTemplate
+from tensortune.trial_records import PROPOSAL_ATTR
 from tensortune.workloads import WorkloadDef, get_workload
 
 LLVM = target_spec("llvm")
@@ -118,3 +124,43 @@ def test_the_template_travels_without_tvm_objects_and_rebuilds_its_spaces():
 def test_a_target_without_default_rules_is_refused():
     with pytest.raises(TensortuneError, match="no MetaSchedule design space for target kind"):
         MetaScheduleTemplate(WORKLOADS["conv2d"](), {"kind": "c"})
+
+
+def test_configs_the_cuda_postprocessors_reject_fail_before_any_build():
+    # Scheduling needs no GPU; MetaSchedule's VerifyGPUCode turns down a config whose threads
+    # or shared memory do not fit a block, before anything is compiled.
+    template = MetaScheduleTemplate(WORKLOADS["conv2d"](), {"kind": "cuda", "arch": "sm_90"})
+    rng = np.random.default_rng(0)
+    reasons = []
+    for _ in range(12):
+        config = {k.name: k.choices[rng.integers(len(k.choices))] for k in template.knobs}
+        try:
+            template.apply(config)
+        except InvalidConfig as err:
+            reasons.append(str(err))
+    assert "VerifyGPUCode rejected the schedule" in reasons, reasons
+
+
+def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(storage_url, fast_settings):
+    workload = WORKLOADS["dense_bias_relu"]()
+    sampler = CostModelSampler(n_startup_trials=4, batch_size=4, seed=0)
+    study = tensortune.tune(
+        workload, "llvm", 12, storage=storage_url, sampler=sampler, settings=fast_settings,
+        batch_size=4, space="metaschedule", show_progress=False,
+    )  # fmt: skip
+    assert study.study_name.endswith("@metaschedule")
+    assert study.user_attrs["space"] == "metaschedule"
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 12 and all(t.state == TrialState.COMPLETE for t in trials)
+    knobs = {k.name for k in MetaScheduleTemplate(workload, LLVM).knobs}
+    assert all(set(t.params) == knobs for t in trials)
+    sources = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in trials]
+    assert sources[:4] == ["startup"] * 4
+    assert sources[4:].count("model") + sources[4:].count("explore") >= 6, sources
+    # The same name in the template space is another study, and refused as this one.
+    with pytest.raises(TensortuneError, match="tunes in the metaschedule space, not template"):
+        tensortune.tune(workload, "llvm", 1, storage=storage_url, study_name=study.study_name,
+                        settings=fast_settings, show_progress=False)  # fmt: skip
+    # The best kernel exports from the study's own space.
+    summary = best_summary(study)
+    assert summary["config"] == study.best_trial.params

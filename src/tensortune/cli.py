@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
+from tensortune.templates import SPACES
 from tensortune.tuning import SAMPLERS, make_sampler
 
 if TYPE_CHECKING:
@@ -62,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
         "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})"
     )
     tune.add_argument("--study", default=None, help="study name (default: workload and target)")
+    tune.add_argument(
+        "--space",
+        choices=SPACES,
+        default=SPACES[0],
+        help=f"search space: {SPACES[0]} is the target's hand-written template, metaschedule "
+        f"MetaSchedule's design space of the workload (default {SPACES[0]})",
+    )
     tune.add_argument(
         "--sampler",
         choices=SAMPLERS,
@@ -240,6 +248,7 @@ def _tune(args: argparse.Namespace) -> None:
         artifact_dir=args.artifact_dir,
         device=device,
         total_trials=args.total_trials,
+        space=args.space,
     )
     _print_summary(best_summary(study))
 

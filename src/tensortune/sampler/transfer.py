@@ -114,16 +114,19 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
         feature_set: One of `tensortune.features.FEATURE_SETS`, the new study's.
     """
     from tensortune.features import FeatureExtractor, feature_length
-    from tensortune.storage import study_target, study_workload
+    from tensortune.storage import study_space, study_target, study_workload
     from tensortune.templates import template_for
 
-    by_workload: dict[str, list[optuna.Study]] = {}
+    # One group per workload and search space: the studies of a group share their knobs.
+    by_workload: dict[tuple[str, str], list[optuna.Study]] = {}
     for source in sources:
-        by_workload.setdefault(source.user_attrs["workload"], []).append(source)
+        key = (source.user_attrs["workload"], study_space(source))
+        by_workload.setdefault(key, []).append(source)
     features, targets, groups = [], [], []
     ranked: list[tuple[float, dict[str, Any]]] = []
     for group, studies in enumerate(by_workload.values(), start=1):
-        template = template_for(study_workload(studies[0]), study_target(studies[0]))
+        first = studies[0]
+        template = template_for(study_workload(first), study_target(first), study_space(first))
         space = KnobSpace(template.knobs)
         extractor = FeatureExtractor(template, feature_set)
         configs, values = [], []
@@ -144,7 +147,7 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
         features=np.concatenate(features) if features else np.empty((0, d), np.float32),
         targets=np.concatenate(targets) if targets else np.empty(0),
         groups=np.concatenate(groups) if groups else np.empty(0, np.int64),
-        workloads=list(by_workload),
+        workloads=[w if space == "template" else f"{w} in {space}" for w, space in by_workload],
         studies=[s.study_name for s in sources],
         best_configs=[c for _, c in sorted(ranked, key=lambda r: -r[0])[:_N_BEST]],
     )

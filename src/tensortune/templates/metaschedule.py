@@ -39,6 +39,13 @@ INLINE, ROOT = "inline", "root"
 #: MetaSchedule's rule sets by target kind. The llvm set is named explicitly: on a CPU with VNNI
 #: ``from-target`` picks the int8 rules, which need the tensor intrinsics (15-19 s to import).
 RULE_SETS = {"llvm": "llvm", "cuda": "cuda"}
+#: What MetaSchedule's CUDA rules need to know of the GPU where the target dict does not say:
+#: the limits of every NVIDIA GPU since Volta (48 KiB is the static shared memory of a block).
+CUDA_LIMITS = {
+    "max_threads_per_block": 1024,
+    "max_shared_memory_per_block": 49152,
+    "thread_warp_size": 32,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +186,9 @@ def _generate(template: MetaScheduleTemplate) -> _Spaces:
     from tensortune.target import make_target
 
     kind = RULE_SETS[template.target["kind"]]
+    target = template.target
+    if kind == "cuda":
+        target = {**CUDA_LIMITS, **target}
     mod = tvm.IRModule({"main": template.workload.prim_func()})
     generator = ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs={})
     # TuneContext's constructor imports every tensor intrinsic (15-19 s) for rules we do not
@@ -187,7 +197,7 @@ def _generate(template: MetaScheduleTemplate) -> _Spaces:
     context.__init_handle_by_constructor__(
         _ffi_api.TuneContext,
         mod,
-        make_target(template.target),
+        make_target(target),
         generator,
         None,
         "main",
