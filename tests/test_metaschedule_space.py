@@ -16,6 +16,7 @@ from tvm import te, topi
 import tensortune
 from tensortune import CostModelSampler
 from tensortune.errors import TensortuneError
+from tensortune.export import export_best, load_kernel
 from tensortune.storage import best_summary
 from tensortune.target import target_spec
 from tensortune.templates import InvalidConfig
@@ -141,7 +142,9 @@ def test_configs_the_cuda_postprocessors_reject_fail_before_any_build():
     assert "VerifyGPUCode rejected the schedule" in reasons, reasons
 
 
-def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(storage_url, fast_settings):
+def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
+    storage_url, fast_settings, tmp_path
+):
     workload = WORKLOADS["dense_bias_relu"]()
     sampler = CostModelSampler(n_startup_trials=4, batch_size=4, seed=0)
     study = tensortune.tune(
@@ -161,6 +164,8 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(storage_url,
     with pytest.raises(TensortuneError, match="tunes in the metaschedule space, not template"):
         tensortune.tune(workload, "llvm", 1, storage=storage_url, study_name=study.study_name,
                         settings=fast_settings, show_progress=False)  # fmt: skip
-    # The best kernel exports from the study's own space.
-    summary = best_summary(study)
-    assert summary["config"] == study.best_trial.params
+    # The best kernel exports from the study's own space, and computes the reference.
+    assert best_summary(study)["config"] == study.best_trial.params
+    kernel = load_kernel(export_best(study, str(tmp_path / "kernel")))
+    assert kernel.manifest["space"] == "metaschedule"
+    kernel.check()

@@ -56,6 +56,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
             "workload": workload.name,
             "shape": dict(workload.shape),
             "target": target,
+            "space": study_space(study),
             "config": summary["config"],
             "study": study.study_name,
             "trial": summary["trial"],
