@@ -4,7 +4,10 @@ template."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import optuna
@@ -15,6 +18,7 @@ from tvm import te, topi
 
 import tensortune
 from tensortune import CostModelSampler
+from tensortune.cli import main
 from tensortune.errors import TensortuneError
 from tensortune.export import export_best, load_kernel
 from tensortune.storage import best_summary
@@ -24,7 +28,7 @@ from tensortune.templates import metaschedule as ms_space
 from tensortune.templates.compile import compile_config
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 from tensortune.trial_records import PROPOSAL_ATTR
-from tensortune.workloads import WorkloadDef, get_workload
+from tensortune.workloads import WorkloadDef, _registry, get_workload
 
 LLVM = target_spec("llvm")
 
@@ -169,3 +173,81 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     kernel = load_kernel(export_best(study, str(tmp_path / "kernel")))
     assert kernel.manifest["space"] == "metaschedule"
     kernel.check()
+
+
+USER_MODULE = '''
+import numpy as np
+from tvm import te, topi
+
+import tensortune
+
+
+def _reference(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@tensortune.register_workload("user_row_softmax", reference=_reference)
+def row_softmax(M: int, N: int):
+    x = te.placeholder((M, N), name="x")
+    return [x, topi.nn.softmax(x, axis=1)]
+
+
+def not_registered(M: int):
+    return []
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path):
+    """A module of the user's in the working folder that registers a row softmax."""
+    (tmp_path / "user_ops.py").write_text(USER_MODULE)
+    yield "user_ops"
+    _registry._REGISTRY.pop("user_row_softmax", None)
+    sys.modules.pop("user_ops", None)
+
+
+@pytest.mark.slow
+def test_the_cli_tunes_a_function_of_the_users_module_and_finds_it_again(tmp_path, user_module):
+    storage = f"sqlite:///{tmp_path / 'user.db'}"
+    argv = ["tune", "user_ops:row_softmax", "--shape", "16,64", "--space", "metaschedule",
+            "--trials", "4", "--batch-size", "4", "--sampler", "random", "--seed", "0",
+            "--storage", storage, "--repeat", "2", "--min-repeat-ms", "2",
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    (name,) = optuna.get_all_study_names(storage)
+    assert name.startswith("user_row_softmax(M=16,N=64)@") and name.endswith("@metaschedule")
+    study = optuna.load_study(study_name=name, storage=storage)
+    assert study.user_attrs["workload_module"] == "user_ops"
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    # Another process finds the workload by importing the module the study names.
+    script = os.path.join(os.path.dirname(sys.executable), "tensortune")
+    done = subprocess.run(
+        [script, "export", "--storage", storage, "--study", name, "-o", "kernel"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kernel = load_kernel(str(tmp_path / "kernel"))
+    kernel.check()
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        ("no_such_module:f", "cannot import module no_such_module: ModuleNotFoundError"),
+        ("user_ops:missing", "module user_ops has no 'missing'"),
+        ("user_ops:not_registered", "user_ops:not_registered is not a workload: decorate it"),
+        ("user_ops:", "'user_ops:' is not module:function"),
+    ],
+)
+def test_a_module_function_that_is_no_workload_is_one_line(
+    tmp_path, capsys, user_module, workload, message
+):
+    before = sorted(os.listdir(tmp_path))
+    argv = ["tune", workload, "--shape", "4", "--space", "metaschedule", "--storage",
+            f"sqlite:///{tmp_path / 'x.db'}"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tensortune: error: ") and "\n" not in err, err
+    assert message in err
+    assert sorted(p for p in os.listdir(tmp_path) if p != "__pycache__") == before

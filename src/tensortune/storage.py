@@ -30,7 +30,8 @@ from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 
 from tensortune.errors import TensortuneError
 from tensortune.trial_records import mark_stale
-from tensortune.workloads import Workload, get_workload
+from tensortune.workloads import Workload, get_workload, workload_names
+from tensortune.workloads._registry import import_module
 
 #: Where studies go unless the user says otherwise: a SQLite file in the working directory.
 DEFAULT_STORAGE = "sqlite:///tensortune.db"
@@ -323,6 +324,8 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
 def study_workload(study: optuna.Study) -> Workload:
     """The workload a tensortune study tunes (it must be registered in this process)."""
     attrs = study.user_attrs
+    if attrs["workload_name"] not in workload_names() and attrs.get("workload_module"):
+        import_module(attrs["workload_module"])  # it registers the workload
     return get_workload(attrs["workload_name"], **attrs["shape"])
 
 
@@ -418,6 +421,8 @@ def create_study(
         "flop_count": workload.flop_count,
         "space": space,
     }
+    if workload.definition.module:
+        attrs["workload_module"] = workload.definition.module
     if vendor is not None:
         library, seconds = vendor
         attrs |= {

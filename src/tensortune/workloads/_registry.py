@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,9 @@ class WorkloadDef:
         flops: FLOP count for given shape parameters; ``None`` counts two FLOPs per iteration of
             the main reduction (a multiply-add).
         params: Parameter names in order, with their defaults (``None`` when required).
+        module: The module that registers it, where that is not tensortune's own: a study of
+            the workload records it, so that another process (``best``, ``export``, workers)
+            can import it to find the workload again. Default ``""``.
     """
 
     name: str
@@ -43,6 +48,7 @@ class WorkloadDef:
     reference: ReferenceFn
     flops: FlopsFn | None
     params: tuple[tuple[str, int | None], ...]
+    module: str = ""
 
     def bind(self, *args: int, **kwargs: int) -> Workload:
         """Fix the shape parameters, positionally or by name, and check them."""
@@ -245,10 +251,50 @@ def register_workload(
                 raise TensortuneError(f"{name}: shape parameters must be named, not *args/**kwargs")
             default = None if param.default is param.empty else param.default
             params.append((param.name, default))
-        _REGISTRY[name] = WorkloadDef(name, compute, reference, flops, tuple(params))
+        module = compute.__module__ if not compute.__module__.startswith("tensortune.") else ""
+        _REGISTRY[name] = WorkloadDef(name, compute, reference, flops, tuple(params), module)
+        setattr(compute, NAME_ATTR, name)  # so that ``module:function`` finds it
         return compute
 
     return decorate
+
+
+#: The attribute `register_workload` sets on the function it registers: the workload's name.
+NAME_ATTR = "tensortune_workload"
+
+
+def import_workload(reference: str) -> str:
+    """Import the ``module:function`` `reference` and return the name of the workload that
+    function registers (it must be decorated with `register_workload`). The working folder
+    is searched first, as ``python -m`` would; `TensortuneError` with one line if the module
+    does not import or the function is not a registered workload."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name.strip() or not attr.strip():
+        raise TensortuneError(f"{reference!r} is not module:function")
+    module = import_module(module_name)
+    found = getattr(module, attr, None)
+    if found is None:
+        raise TensortuneError(f"module {module_name} has no {attr!r}")
+    name = getattr(found, NAME_ATTR, None)
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise TensortuneError(
+            f"{reference} is not a workload: decorate it with @tensortune.register_workload"
+        )
+    return name
+
+
+def import_module(name: str) -> Any:
+    """Import the user module `name` (working folder first); `TensortuneError` with one line
+    if it does not import."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(name)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise TensortuneError(
+            f"cannot import module {name}: {type(err).__name__}" + (f": {first}" if first else "")
+        ) from None
 
 
 def workload_names() -> list[str]:
