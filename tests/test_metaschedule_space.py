@@ -175,7 +175,7 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     kernel.check()
 
 
-USER_MODULE = '''
+USER_MODULE = """
 import numpy as np
 from tvm import te, topi
 
@@ -195,7 +195,7 @@ def row_softmax(M: int, N: int):
 
 def not_registered(M: int):
     return []
-'''
+"""
 
 
 @pytest.fixture
