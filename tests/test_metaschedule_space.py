@@ -14,7 +14,8 @@ import optuna
 import pytest
 import tvm
 from optuna.trial import TrialState
-from tvm import te, topi
+from tvm import te, tirx, topi
+from tvm.script import tirx as T
 
 import tensortune
 from tensortune import CostModelSampler
@@ -48,6 +49,37 @@ ROW_SOFTMAX = WorkloadDef(
     "row_softmax", row_softmax, _softmax_reference, None, (("M", None), ("N", None))
 )
 
+
+def tir_matmul_relu(M: int, N: int, K: int) -> tirx.PrimFunc:
+    """A kernel written in TVMScript, not as a tensor expression: no hand template has it."""
+
+    @T.prim_func(s_tir=True)
+    def main(
+        A: T.Buffer((M, K), "float32"),
+        B: T.Buffer((K, N), "float32"),
+        C: T.Buffer((M, N), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True})
+        Y = T.sblock_alloc_buffer((M, N))
+        for i, j, k in T.grid(M, N, K):
+            with T.sblock("Y"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    Y[vi, vj] = T.float32(0)
+                Y[vi, vj] = Y[vi, vj] + A[vi, vk] * B[vk, vj]
+        for i, j in T.grid(M, N):
+            with T.sblock("C"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                C[vi, vj] = T.max(Y[vi, vj], T.float32(0))
+
+    return main
+
+
+TIR_MATMUL_RELU = WorkloadDef(
+    "tir_matmul_relu", tir_matmul_relu, lambda a, b: np.maximum(a @ b, 0), None,
+    (("M", None), ("N", None), ("K", None)),
+)  # fmt: skip
+
 WORKLOADS = {
     "dense_bias_relu": lambda: get_workload("dense_bias_relu", M=32, N=64, K=48),
     "conv2d": lambda: get_workload(
@@ -55,6 +87,7 @@ WORKLOADS = {
     ),
     # No hand template: a row softmax, two reductions and an elementwise tail.
     "row_softmax": lambda: ROW_SOFTMAX.bind(M=16, N=64),
+    "tir_matmul_relu": lambda: TIR_MATMUL_RELU.bind(M=24, N=32, K=40),
 }
 
 
@@ -103,6 +136,18 @@ def test_sampled_configs_replay_their_decisions_and_compute_the_reference(name):
         for out, ref in zip(outputs, expected, strict=True):
             np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
         study.tell(trial, 1.0)
+
+
+def test_a_tir_function_is_a_workload_whose_unwritten_buffers_are_its_inputs():
+    workload = WORKLOADS["tir_matmul_relu"]()
+    assert workload.argument_specs() == [
+        ((24, 40), "float32", True),
+        ((40, 32), "float32", True),
+        ((24, 32), "float32", False),
+    ]
+    assert workload.flop_count == 2.0 * 24 * 32 * 40
+    with pytest.raises(TensortuneError, match="is a TIR function, not a tensor expression"):
+        workload.tensors()
 
 
 def test_a_value_outside_the_space_is_refused_before_any_schedule():
@@ -177,7 +222,8 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
 
 USER_MODULE = """
 import numpy as np
-from tvm import te, topi
+from tvm import te, tirx, topi
+from tvm.script import tirx as T
 
 import tensortune
 

@@ -257,7 +257,11 @@ def loop_extents(workload: Workload) -> tuple[list[int], list[int]]:
     """The extents of the spatial loops and of the reduction loops of the workload's main
     computation: the one with a reduction and the most iterations (the output's where none
     reduces), so that a fused bias or activation does not hide a dense layer's matmul."""
-    seen, stack, ops = set(), [workload.tensors()[-1].op], []
+    try:
+        tensors = workload.tensors()
+    except TensortuneError:  # defined as a TIR function: read its blocks
+        return _block_extents(workload)
+    seen, stack, ops = set(), [tensors[-1].op], []
     while stack:
         op = stack.pop()
         if op.name in seen or not hasattr(op, "axis"):
@@ -267,6 +271,21 @@ def loop_extents(workload: Workload) -> tuple[list[int], list[int]]:
         reduction = [int(axis.dom.extent) for axis in op.reduce_axis]
         ops.append((bool(reduction), math.prod(spatial + reduction), spatial, reduction))
         stack.extend(t.op for t in op.input_tensors)
+    _, _, spatial, reduction = max(ops, key=lambda o: o[:2])
+    return spatial, reduction
+
+
+def _block_extents(workload: Workload) -> tuple[list[int], list[int]]:
+    """`loop_extents` of a workload's TIR blocks (for one defined as a ``PrimFunc``)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(workload.prim_func())
+    blocks, ops = list(sch.get_child_blocks(sch.get_sblock("root"))), []
+    while blocks:
+        block = sch.get(blocks.pop())
+        spatial = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
+        reduction = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 2]
+        ops.append((bool(reduction), math.prod(spatial + reduction), spatial, reduction))
     _, _, spatial, reduction = max(ops, key=lambda o: o[:2])
     return spatial, reduction
 

@@ -31,7 +31,9 @@ class WorkloadDef:
     Attributes:
         name: Registry name, e.g. ``"matmul"``.
         compute: Returns the kernel's arguments as te tensors, inputs (placeholders) first, outputs
-            last. Called with the shape parameters as keyword arguments.
+            last, or the kernel as a TIR ``PrimFunc`` (its parameters are the arguments; those
+            no block writes are the inputs). Called with the shape parameters as keyword
+            arguments.
         reference: NumPy implementation, called with the input arrays in argument order (plus,
             as keywords, any shape parameters its signature names); returns the output array (or
             a tuple of them, one per output).
@@ -103,16 +105,15 @@ class Workload:
         """Raise `TensortuneError` unless the shape gives a well-formed, non-empty program
         whose tensors fit in `MEMORY_FRACTION` of this machine's physical memory."""
         try:
-            tensors = self.tensors()
+            arguments = self._arguments()
         except TensortuneError:
             raise
         except Exception as err:  # the compute function rejects the shape in its own words
             raise TensortuneError(f"{self.key}: invalid shape ({err})") from err
-        for tensor in tensors:
-            dims = [int(d) for d in tensor.shape]
+        for name, dims, _, _ in arguments:
             if any(d <= 0 for d in dims):
                 raise TensortuneError(
-                    f"{self.key}: tensor {tensor.name} would have shape {tuple(dims)}; "
+                    f"{self.key}: tensor {name} would have shape {tuple(dims)}; "
                     "every dimension must be positive"
                 )
         total = physical_memory()
@@ -132,31 +133,54 @@ class Workload:
         )
 
     def tensors(self) -> list[te.Tensor]:
-        """The kernel's arguments as te tensors: inputs first, then outputs."""
+        """The kernel's arguments as te tensors: inputs first, then outputs; `TensortuneError`
+        for a workload defined as a ``PrimFunc``, which has none."""
+        found = self._computed()
+        if not isinstance(found, list):
+            raise TensortuneError(f"{self.name} is a TIR function, not a tensor expression")
+        return found
+
+    def prim_func(self) -> tirx.PrimFunc:
+        """The unscheduled TIR function (`te.create_prim_func` of the tensors, or the
+        workload's own ``PrimFunc``)."""
+        from tvm import te
+
+        found = self._computed()
+        return te.create_prim_func(found) if isinstance(found, list) else found
+
+    def argument_specs(self) -> list[tuple[tuple[int, ...], str, bool]]:
+        """(shape, dtype, is_input) for each argument, in order."""
+        return [(shape, dtype, is_input) for _, shape, dtype, is_input in self._arguments()]
+
+    def _computed(self) -> list[te.Tensor] | tirx.PrimFunc:
+        """What the definition's compute function returns for this shape: a list of tensors or
+        a ``PrimFunc``."""
+        from tvm import tirx
+
         for name, value in self.shape.items():
             if value <= 0 and name not in _NON_NEGATIVE:
                 raise TensortuneError(f"{self.name}: {name} must be positive, got {value}")
             if value < 0:
                 raise TensortuneError(f"{self.name}: {name} must not be negative, got {value}")
-        return list(self.definition.compute(**self.shape))
+        found = self.definition.compute(**self.shape)
+        return found if isinstance(found, tirx.PrimFunc) else list(found)
 
-    def prim_func(self) -> tirx.PrimFunc:
-        """The unscheduled TIR function (`te.create_prim_func`)."""
+    def _arguments(self) -> list[tuple[str, tuple[int, ...], str, bool]]:
+        """(name, shape, dtype, is_input) of each argument, in order."""
         from tvm import te
 
-        return te.create_prim_func(self.tensors())
-
-    def argument_specs(self) -> list[tuple[tuple[int, ...], str, bool]]:
-        """(shape, dtype, is_input) for each argument, in order."""
-        from tvm import te
-
+        found = self._computed()
+        if isinstance(found, list):
+            return [
+                (t.name, tuple(int(d) for d in t.shape), str(t.dtype),
+                 isinstance(t.op, te.PlaceholderOp))
+                for t in found
+            ]  # fmt: skip
+        buffers = list(found.params)  # TVM 0.27: the parameters are the buffers
+        written = _written_buffers(found)
         return [
-            (
-                tuple(int(d) for d in t.shape),
-                str(t.dtype),
-                isinstance(t.op, te.PlaceholderOp),
-            )
-            for t in self.tensors()
+            (b.name, tuple(int(d) for d in b.shape), str(b.dtype), b.name not in written)
+            for b in buffers
         ]
 
     @property
@@ -344,6 +368,21 @@ def parse_shape(name: str, text: str) -> Workload:
         else:
             positional.append(number)
     return get_workload(name, *positional, **named)
+
+
+def _written_buffers(func: tirx.PrimFunc) -> set[str]:
+    """Names of the buffers some block of `func` writes."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    written: set[str] = set()
+    stack = list(sch.get_child_blocks(sch.get_sblock("root")))
+    while stack:
+        block = stack.pop()
+        # TVM 0.27: a region names its buffer as ``source``.
+        written.update(region.source.name for region in sch.get(block).writes)
+        stack.extend(sch.get_child_blocks(block))
+    return written
 
 
 def _count_reduction_flops(workload: Workload) -> float:
