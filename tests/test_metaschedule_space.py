@@ -20,6 +20,7 @@ from tvm.script import tirx as T
 import tensortune
 from tensortune import CostModelSampler
 from tensortune.cli import main
+from tensortune.dashboard import study_note
 from tensortune.errors import TensortuneError
 from tensortune.export import export_best, load_kernel
 from tensortune.storage import best_summary
@@ -202,6 +203,8 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     )  # fmt: skip
     assert study.study_name.endswith("@metaschedule")
     assert study.user_attrs["space"] == "metaschedule"
+    # optuna-dashboard's note of the study says which space it searches.
+    assert "- **search space** `metaschedule`" in study_note(study, sampler)
     trials = study.get_trials(deepcopy=False)
     assert len(trials) == 12 and all(t.state == TrialState.COMPLETE for t in trials)
     knobs = {k.name for k in MetaScheduleTemplate(workload, LLVM).knobs}
