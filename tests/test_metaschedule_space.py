@@ -192,6 +192,25 @@ def test_configs_the_cuda_postprocessors_reject_fail_before_any_build():
     assert "VerifyGPUCode rejected the schedule" in reasons, reasons
 
 
+def test_a_config_the_cuda_postprocessors_accept_builds_to_a_cuda_kernel():
+    # Compile only: TVM writes the CUDA C without a GPU (the seeded draw is the same each run).
+    target = {"kind": "cuda", "arch": "sm_90"}
+    template = MetaScheduleTemplate(WORKLOADS["dense_bias_relu"](), target)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        config = {k.name: k.choices[rng.integers(len(k.choices))] for k in template.knobs}
+        try:
+            sch = template.apply(config)
+        except InvalidConfig:
+            continue
+        break
+    else:
+        pytest.fail("no config of 200 passed the CUDA postprocessors")
+    built = tvm.compile(sch.mod, target=tvm.target.Target({**ms_space.CUDA_LIMITS, **target}))
+    source = built.mod.imports[0].inspect_source()
+    assert "__global__" in source and "threadIdx.x" in source
+
+
 def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     storage_url, fast_settings, tmp_path
 ):
