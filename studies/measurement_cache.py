@@ -304,17 +304,26 @@ def _copy(result: MeasureResult) -> MeasureResult:
 
 
 def tune_cached(
-    workload: Any, target: dict[str, Any], cache: str | None, settings: Any, **tune_args: Any
+    workload: Any,
+    target: dict[str, Any],
+    cache: str | None,
+    settings: Any,
+    space: str = "template",
+    **tune_args: Any,
 ) -> Any:
-    """`tensortune.tune` of `workload` on `target` with `settings`, measuring through the
-    cache file `cache` (None: measuring everything afresh); the study records
-    `HITS_ATTR` / `MISSES_ATTR` when a cache was used. `tune_args` go to `tensortune.tune`."""
+    """`tensortune.tune` of `workload` on `target` in `space` (default ``"template"``) with
+    `settings`, measuring through the cache file `cache` (None: measuring everything afresh);
+    the study records `HITS_ATTR` / `MISSES_ATTR` when a cache was used. `tune_args` go to
+    `tensortune.tune`."""
     measurer = None
     if cache is not None:
-        inner = Measurer(tensortune.templates.template_for(workload, target), target, settings)
+        template = tensortune.templates.template_for(workload, target, space)
+        inner = Measurer(template, target, settings)
         measurer = CachedMeasurer(inner, cache)
     try:
-        study = tensortune.tune(workload, target, settings=settings, measurer=measurer, **tune_args)
+        study = tensortune.tune(
+            workload, target, settings=settings, measurer=measurer, space=space, **tune_args
+        )
     finally:
         if measurer is not None:  # tune closes it too, except when it refused to start
             measurer.close()
@@ -325,16 +334,24 @@ def tune_cached(
 
 
 def tune_label(
-    label: str, name: str, sampler: Any, trials: int, storage: str, cache: str | None
+    label: str,
+    name: str,
+    sampler: Any,
+    trials: int,
+    storage: str,
+    cache: str | None,
+    space: str = "template",
 ) -> Any:
     """`tune_cached` as the benchmarks tune: the workload `label` names
-    (`common.workload_of`) on this machine's llvm target with `common.SETTINGS`, `trials`
-    trials into study `name` of `storage` with `sampler`, no progress bar."""
+    (`common.workload_of`) on this machine's llvm target in `space` (default ``"template"``)
+    with `common.SETTINGS`, `trials` trials into study `name` of `storage` with `sampler`, no
+    progress bar."""
     return tune_cached(
         workload_of(label),
         target_spec("llvm"),
         cache,
         SETTINGS,
+        space,
         n_trials=trials,
         storage=storage,
         study_name=name,

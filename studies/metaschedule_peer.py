@@ -21,6 +21,7 @@ from typing import Any
 import cloudpickle
 
 from tensortune.measure import MeasureSettings
+from tensortune.templates.metaschedule import RULE_SETS
 from tensortune.workloads import Workload
 
 # Worker processes cannot import this folder: send `fast_build` and `ScriptTemplate` by value.
@@ -133,6 +134,10 @@ def tune(
         min_repeat_ms=settings.min_repeat_ms,
         enable_cpu_cache_flush=False,
     )
+    # The rule set named, not "from-target": it is then the space `MetaScheduleTemplate` gives
+    # our samplers (on a CPU with VNNI, "from-target" adds int8 rules that fp32 never uses).
+    kind = RULE_SETS[target["kind"]]
+    space = ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
     ms.tune_tir(
         mod=tvm.IRModule({"main": workload.prim_func()}),
         target=tvm.target.Target(target),
@@ -141,6 +146,7 @@ def tune(
         num_trials_per_iter=min(trials_per_iter, n_trials),
         cost_model="xgb",
         strategy="evolutionary",
+        space=space,
         num_tuning_cores=cores,
         seed=seed,
         builder=ms.builder.LocalBuilder(max_workers=settings.build_workers, f_build=fast_build),

@@ -64,8 +64,9 @@ from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.measure import Measurer, MeasureSettings
-from tensortune.storage import best_summary
+from tensortune.storage import best_summary, study_space
 from tensortune.target import target_spec
+from tensortune.templates import template_for
 
 #: The workload of --quick (a label of `common.QUICK_WORKLOADS`).
 QUICK_LABEL = "matmul-128"
@@ -87,7 +88,11 @@ COSTMODEL_VARIANTS: dict[str, dict] = {
     "costmodel-anneal": {"search": "anneal", "feature_set": "curve"},
 }
 PEERS = ("tpe", "gp", "random", "metaschedule")
-TUNERS = (*COSTMODEL_VARIANTS, *PEERS)
+#: Tuners that search MetaSchedule's design space (`tensortune.templates.MetaScheduleTemplate`)
+#: instead of the template's, by the tuner they run there: beside ``metaschedule`` they compare
+#: searches over one space.
+IN_METASCHEDULE_SPACE = {"costmodel-ms": "costmodel", "tpe-ms": "tpe"}
+TUNERS = (*COSTMODEL_VARIANTS, *PEERS, *IN_METASCHEDULE_SPACE)
 MAIN_TUNERS = ("costmodel", "tpe", "gp", "random", "metaschedule")
 QUICK_TUNERS = ("costmodel", "tpe", "metaschedule")
 #: CMA-ES is not among them: every knob is categorical, and Optuna's CmaEsSampler samples
@@ -102,6 +107,7 @@ RETIMED_VENDOR = "bench:remeasured_vendor_gflops"
 
 def make_tuner(tuner: str, seed: int) -> optuna.samplers.BaseSampler:
     """The Optuna sampler for `tuner` (not metaschedule)."""
+    tuner = IN_METASCHEDULE_SPACE.get(tuner, tuner)
     if tuner in COSTMODEL_VARIANTS:
         return tensortune.CostModelSampler(seed=seed, **COSTMODEL_VARIANTS[tuner])
     return tensortune.make_sampler(tuner, seed)
@@ -115,7 +121,9 @@ def run_ours(
     ``bench:cache_hits`` / ``bench:cache_misses`` say how many were reused / measured."""
     timed = TimedSampler(make_tuner(tuner, seed))
     start = time.perf_counter()
-    study = tune_label(label, study_name(label, tuner, seed, trials), timed, trials, storage, cache)
+    name = study_name(label, tuner, seed, trials)
+    space = "metaschedule" if tuner in IN_METASCHEDULE_SPACE else "template"
+    study = tune_label(label, name, timed, trials, storage, cache, space)
     study.set_user_attr("bench:sampler_s", timed.seconds)
     study.set_user_attr(DONE, time.perf_counter() - start)
     return study
@@ -180,11 +188,12 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
             kernels[tuner] = (metaschedule_peer.ScriptTemplate(workload), script)
             continue
         best = best_summary(study)["config"]
-        kernels[tuner] = (tensortune.CpuTemplate(workload), best)
+        template = template_for(workload, target_spec("llvm"), study_space(study))
+        kernels[tuner] = (template, best)
         early[tuner] = early_winners(study)
         for n, config in early[tuner].items():
             if config != best:
-                kernels[f"{tuner}@{n}"] = (tensortune.CpuTemplate(workload), config)
+                kernels[f"{tuner}@{n}"] = (template, config)
     library = next((s.user_attrs["vendor_library"] for s in studies.values()
                     if "vendor_library" in s.user_attrs), None)  # fmt: skip
     seconds = retime(kernels, target_spec("llvm"), RETIME, RETIME_ROUNDS, library)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
+from tensortune.templates import SPACES
 from tensortune.tuning import SAMPLERS, make_sampler
 
 if TYPE_CHECKING:
@@ -37,7 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     tune = sub.add_parser("tune", help="run (or resume) a tuning study")
-    tune.add_argument("workload", help="registered workload name (see `tensortune workloads`)")
+    tune.add_argument(
+        "workload",
+        help="registered workload name (see `tensortune workloads`), or module:function of "
+        "your own, a function decorated with @tensortune.register_workload",
+    )
     tune.add_argument(
         "--shape",
         required=True,
@@ -62,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
         "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL (default {DEFAULT_STORAGE})"
     )
     tune.add_argument("--study", default=None, help="study name (default: workload and target)")
+    tune.add_argument(
+        "--space",
+        choices=SPACES,
+        default=SPACES[0],
+        help=f"search space: {SPACES[0]} is the target's hand-written template, metaschedule "
+        f"MetaSchedule's design space of the workload (default {SPACES[0]})",
+    )
     tune.add_argument(
         "--sampler",
         choices=SAMPLERS,
@@ -191,14 +203,15 @@ def _tune(args: argparse.Namespace) -> None:
     from tensortune.storage import best_summary, load_study, open_storage, target_key
     from tensortune.target import target_spec
     from tensortune.tuning import tune
-    from tensortune.workloads import parse_shape
+    from tensortune.workloads import import_workload, parse_shape
 
     # Options that would be ignored without a word.
     if args.total_trials is not None and args.trials is not None:
         raise TensortuneError("give --trials or --total-trials, not both")
     if args.transfer_storage is not None and not args.transfer_from:
         raise TensortuneError("--transfer-storage holds --transfer-from studies: give those too")
-    workload = parse_shape(args.workload, args.shape)
+    name = import_workload(args.workload) if ":" in args.workload else args.workload
+    workload = parse_shape(name, args.shape)
     device = _rpc_device(args)
     sources: list | str = []
     if AUTO in args.transfer_from and len(args.transfer_from) > 1:
@@ -240,6 +253,7 @@ def _tune(args: argparse.Namespace) -> None:
         artifact_dir=args.artifact_dir,
         device=device,
         total_trials=args.total_trials,
+        space=args.space,
     )
     _print_summary(best_summary(study))
 

@@ -34,7 +34,8 @@ KERNEL_TIR, KERNEL_CODE = "kernel_tir.py", "kernel_code.txt"
 
 
 def study_note(study: optuna.Study, sampler: optuna.samplers.BaseSampler) -> str:
-    """Markdown: the workload, shape, target, vendor baseline and the sampler's settings."""
+    """Markdown: the workload, shape, target, search space, vendor baseline and the sampler's
+    settings."""
     attrs = study.user_attrs
     lines = [
         f"## {attrs.get('workload', study.study_name)}",
@@ -42,6 +43,7 @@ def study_note(study: optuna.Study, sampler: optuna.samplers.BaseSampler) -> str
         f"- **operator** `{attrs.get('workload_name', '?')}`, shape "
         f"`{json.dumps(attrs.get('shape', {}))}`, {attrs.get('flop_count', 0) / 1e9:.3g} GFLOP",
         f"- **target** `{attrs.get('target', '?')}`",
+        f"- **search space** `{attrs.get('space', 'template')}`",
     ]
     if attrs.get("vendor_gflops"):
         lines.append(

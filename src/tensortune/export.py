@@ -13,7 +13,7 @@ import optuna
 from tensortune import scratch
 from tensortune.errors import TensortuneError
 from tensortune.measure.worker_tasks import mismatch
-from tensortune.storage import best_summary, study_target, study_workload
+from tensortune.storage import best_summary, study_space, study_target, study_workload
 from tensortune.templates import template_for
 from tensortune.templates.compile import compile_config
 from tensortune.workloads import Workload, get_workload
@@ -38,7 +38,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
     summary = best_summary(study)
     workload = study_workload(study)
     target = study_target(study)
-    template = template_for(workload, target)
+    template = template_for(workload, target, study_space(study))
 
     import tvm
 
@@ -56,6 +56,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
             "workload": workload.name,
             "shape": dict(workload.shape),
             "target": target,
+            "space": study_space(study),
             "config": summary["config"],
             "study": study.study_name,
             "trial": summary["trial"],

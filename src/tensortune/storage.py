@@ -30,7 +30,8 @@ from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 
 from tensortune.errors import TensortuneError
 from tensortune.trial_records import mark_stale
-from tensortune.workloads import Workload, get_workload
+from tensortune.workloads import Workload, get_workload, workload_names
+from tensortune.workloads._registry import import_module
 
 #: Where studies go unless the user says otherwise: a SQLite file in the working directory.
 DEFAULT_STORAGE = "sqlite:///tensortune.db"
@@ -323,11 +324,19 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
 def study_workload(study: optuna.Study) -> Workload:
     """The workload a tensortune study tunes (it must be registered in this process)."""
     attrs = study.user_attrs
+    if attrs["workload_name"] not in workload_names() and attrs.get("workload_module"):
+        import_module(attrs["workload_module"])  # it registers the workload
     return get_workload(attrs["workload_name"], **attrs["shape"])
 
 
 def study_target(study: optuna.Study) -> dict[str, Any]:
     return dict(json.loads(study.user_attrs["target"]))
+
+
+def study_space(study: optuna.Study) -> str:
+    """The search space a tensortune study tunes in (`tensortune.templates.SPACES`); studies
+    from before there was a choice tuned the hand-written template."""
+    return str(study.user_attrs.get("space", "template"))
 
 
 #: Seconds a worker waits for the attrs of a study that another worker has just created.
@@ -340,8 +349,10 @@ def find_study(
     workload: Workload,
     target: dict[str, Any],
     sampler: optuna.samplers.BaseSampler | None = None,
+    space: str = "template",
 ) -> optuna.Study | None:
-    """The study `name` if it exists and tunes `workload` on `target`; None if it does not exist.
+    """The study `name` if it exists and tunes `workload` on `target` in `space`; None if it
+    does not exist.
 
     A study that exists without its attrs and without trials is being created by another
     worker (`create_study` writes them just after): it is waited for, up to 30 s.
@@ -352,6 +363,8 @@ def find_study(
         workload: What the study must tune.
         target: Where it must tune it.
         sampler: The sampler the study is loaded with. Default None: Optuna's default.
+        space: The search space it must tune in (`tensortune.templates.SPACES`). Default
+            ``"template"``.
     """
     if name not in study_names(storage):
         return None
@@ -369,6 +382,11 @@ def find_study(
             f"{attrs.get('target', '?')}, not {workload.key} on {target_key(target)}; "
             "choose another study name"
         )
+    if "target" in attrs and study_space(study) != space:
+        raise TensortuneError(
+            f"study {name!r} tunes in the {study_space(study)} space, not {space}; "
+            "choose another study name"
+        )
     return study
 
 
@@ -379,8 +397,10 @@ def create_study(
     target: dict[str, Any],
     vendor: tuple[str, float] | None,
     sampler: optuna.samplers.BaseSampler | None,
+    space: str = "template",
 ) -> optuna.Study:
-    """A new study maximising GFLOP/s, its attrs recording the workload, target and baseline.
+    """A new study maximising GFLOP/s, its attrs recording the workload, target, search space
+    (default ``"template"``) and baseline.
 
     When another worker creates a study of that name first, that study is returned (checked
     and waited for as by `find_study`), so that workers started together join one study; its
@@ -391,7 +411,7 @@ def create_study(
             study_name=name, storage=storage, direction="maximize", sampler=sampler
         )
     except optuna.exceptions.DuplicatedStudyError:
-        found = find_study(storage, name, workload, target, sampler)
+        found = find_study(storage, name, workload, target, sampler, space)
         assert found is not None  # studies are never deleted here
         return found
     attrs: dict[str, Any] = {
@@ -399,7 +419,10 @@ def create_study(
         "workload_name": workload.name,
         "shape": dict(workload.shape),
         "flop_count": workload.flop_count,
+        "space": space,
     }
+    if workload.definition.module:
+        attrs["workload_module"] = workload.definition.module
     if vendor is not None:
         library, seconds = vendor
         attrs |= {

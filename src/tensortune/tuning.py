@@ -36,7 +36,7 @@ from tensortune.storage import (
     target_key,
 )
 from tensortune.target import describe, gpu_present, target_spec
-from tensortune.templates import InvalidConfig, Template, template_for
+from tensortune.templates import SPACES, InvalidConfig, Template, template_for
 from tensortune.trial_records import count_finished
 from tensortune.workloads import Workload, get_workload
 
@@ -257,6 +257,7 @@ def tune(
     device: RpcDevice | None = None,
     total_trials: int | None = None,
     measurer: MeasurerLike | None = None,
+    space: str = SPACES[0],
 ) -> optuna.Study:
     """Tune `workload` on `target` for `n_trials` more trials; returns the Optuna study.
 
@@ -308,6 +309,12 @@ def tune(
             measurement cache; its ``vendor_baseline()``, where it has one, gives a new
             study's baseline. Default None: a `Measurer` of `template`, `target`, `settings`
             and `device`, as the command line uses.
+        space: The search space, one of `tensortune.templates.SPACES`. Default
+            ``"template"``: the target kind's hand-written template. ``"metaschedule"`` tunes
+            the decisions of MetaSchedule's design space of the workload's TIR
+            (`tensortune.templates.MetaScheduleTemplate`), for operators without a template;
+            the default study name then ends in ``"@metaschedule"``. Recorded in the study's
+            ``space`` user attr, which `best`, `export` and transfer read.
     """
     if isinstance(workload, str):
         workload = get_workload(workload, **(shape or {}))
@@ -317,6 +324,10 @@ def tune(
         raise TensortuneError(f"total_trials must be at least 1, got {total_trials}")
     if batch_size < 1:
         raise TensortuneError(f"batch_size must be at least 1, got {batch_size}")
+    if space not in SPACES:
+        raise TensortuneError(f"unknown search space {space!r}: one of {', '.join(SPACES)}")
+    if template is not None and space != SPACES[0]:
+        raise TensortuneError("give a template or a search space, not both")
     spec = target_spec(target)
     if spec["kind"] == "cuda" and device is None and not gpu_present():
         raise TensortuneError(
@@ -328,6 +339,8 @@ def tune(
             sampler or SAMPLERS[0], seed, template=template, batch_size=batch_size
         )
     name = default_study_name(workload, spec) if study_name is None else study_name
+    if study_name is None and space != SPACES[0]:
+        name += f"@{space}"
     if study_name is None and device is not None:
         name += f"@{device.key}"
     if not name.strip():
@@ -347,14 +360,18 @@ def tune(
         found = find_sources(db, workload, target_key(spec), exclude=name)
         sources = [source for source, _ in found]
         sampler.source_studies = sources  # type: ignore[attr-defined]
-    study = find_study(db, name, workload, spec)
+    study = find_study(db, name, workload, spec, space=space)
+    if template is None and space != SPACES[0]:
+        template_used: Template | None = template_for(workload, spec, space)
+    else:
+        template_used = template
     with Objective(
-        workload, spec, settings, template=template, device=device, measurer=measurer
+        workload, spec, settings, template=template_used, device=device, measurer=measurer
     ) as objective:
         if study is None:
             baseline = getattr(objective.measurer, "vendor_baseline", None)
             vendor = baseline() if baseline is not None else None
-            study = create_study(db, name, workload, spec, vendor, sampler)
+            study = create_study(db, name, workload, spec, vendor, sampler, space)
         else:
             study.sampler = sampler
         if sources:

@@ -354,14 +354,15 @@ class CostModelSampler(BaseSampler):
             return self.template
         if "workload" not in study.user_attrs:
             return None
-        from tensortune.storage import study_target, study_workload
+        from tensortune.storage import study_space, study_target, study_workload
         from tensortune.templates import template_for
 
         workload = study_workload(study)
         self.warm.resolve(study, workload)
-        if self._workload_key != workload.key:  # another study: start over
-            self._workload_key = workload.key
-            self._reset(template_for(workload, study_target(study)))
+        key = f"{workload.key} in {study_space(study)}"
+        if self._workload_key != key:  # another study: start over
+            self._workload_key = key
+            self._reset(template_for(workload, study_target(study), study_space(study)))
         return self._extractor.template if self._extractor else None
 
     def _reset(self, template: Template, drop_sources: bool = False) -> None:

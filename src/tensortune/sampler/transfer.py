@@ -114,16 +114,19 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
         feature_set: One of `tensortune.features.FEATURE_SETS`, the new study's.
     """
     from tensortune.features import FeatureExtractor, feature_length
-    from tensortune.storage import study_target, study_workload
+    from tensortune.storage import study_space, study_target, study_workload
     from tensortune.templates import template_for
 
-    by_workload: dict[str, list[optuna.Study]] = {}
+    # One group per workload and search space: the studies of a group share their knobs.
+    by_workload: dict[tuple[str, str], list[optuna.Study]] = {}
     for source in sources:
-        by_workload.setdefault(source.user_attrs["workload"], []).append(source)
+        key = (source.user_attrs["workload"], study_space(source))
+        by_workload.setdefault(key, []).append(source)
     features, targets, groups = [], [], []
     ranked: list[tuple[float, dict[str, Any]]] = []
     for group, studies in enumerate(by_workload.values(), start=1):
-        template = template_for(study_workload(studies[0]), study_target(studies[0]))
+        first = studies[0]
+        template = template_for(study_workload(first), study_target(first), study_space(first))
         space = KnobSpace(template.knobs)
         extractor = FeatureExtractor(template, feature_set)
         configs, values = [], []
@@ -144,7 +147,7 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
         features=np.concatenate(features) if features else np.empty((0, d), np.float32),
         targets=np.concatenate(targets) if targets else np.empty(0),
         groups=np.concatenate(groups) if groups else np.empty(0, np.int64),
-        workloads=list(by_workload),
+        workloads=[w if space == "template" else f"{w} in {space}" for w, space in by_workload],
         studies=[s.study_name for s in sources],
         best_configs=[c for _, c in sorted(ranked, key=lambda r: -r[0])[:_N_BEST]],
     )
@@ -254,7 +257,11 @@ def loop_extents(workload: Workload) -> tuple[list[int], list[int]]:
     """The extents of the spatial loops and of the reduction loops of the workload's main
     computation: the one with a reduction and the most iterations (the output's where none
     reduces), so that a fused bias or activation does not hide a dense layer's matmul."""
-    seen, stack, ops = set(), [workload.tensors()[-1].op], []
+    try:
+        tensors = workload.tensors()
+    except TensortuneError:  # defined as a TIR function: read its blocks
+        return _block_extents(workload)
+    seen, stack, ops = set(), [tensors[-1].op], []
     while stack:
         op = stack.pop()
         if op.name in seen or not hasattr(op, "axis"):
@@ -264,6 +271,21 @@ def loop_extents(workload: Workload) -> tuple[list[int], list[int]]:
         reduction = [int(axis.dom.extent) for axis in op.reduce_axis]
         ops.append((bool(reduction), math.prod(spatial + reduction), spatial, reduction))
         stack.extend(t.op for t in op.input_tensors)
+    _, _, spatial, reduction = max(ops, key=lambda o: o[:2])
+    return spatial, reduction
+
+
+def _block_extents(workload: Workload) -> tuple[list[int], list[int]]:
+    """`loop_extents` of a workload's TIR blocks (for one defined as a ``PrimFunc``)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(workload.prim_func())
+    blocks, ops = list(sch.get_child_blocks(sch.get_sblock("root"))), []
+    while blocks:
+        block = sch.get(blocks.pop())
+        spatial = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 0]
+        reduction = [int(iv.dom.extent) for iv in block.iter_vars if int(iv.iter_type) == 2]
+        ops.append((bool(reduction), math.prod(spatial + reduction), spatial, reduction))
     _, _, spatial, reduction = max(ops, key=lambda o: o[:2])
     return spatial, reduction
 

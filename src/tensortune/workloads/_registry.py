@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +31,18 @@ class WorkloadDef:
     Attributes:
         name: Registry name, e.g. ``"matmul"``.
         compute: Returns the kernel's arguments as te tensors, inputs (placeholders) first, outputs
-            last. Called with the shape parameters as keyword arguments.
+            last, or the kernel as a TIR ``PrimFunc`` (its parameters are the arguments; those
+            no block writes are the inputs). Called with the shape parameters as keyword
+            arguments.
         reference: NumPy implementation, called with the input arrays in argument order (plus,
             as keywords, any shape parameters its signature names); returns the output array (or
             a tuple of them, one per output).
         flops: FLOP count for given shape parameters; ``None`` counts two FLOPs per iteration of
             the main reduction (a multiply-add).
         params: Parameter names in order, with their defaults (``None`` when required).
+        module: The module that registers it, where that is not tensortune's own: a study of
+            the workload records it, so that another process (``best``, ``export``, workers)
+            can import it to find the workload again. Default ``""``.
     """
 
     name: str
@@ -43,6 +50,7 @@ class WorkloadDef:
     reference: ReferenceFn
     flops: FlopsFn | None
     params: tuple[tuple[str, int | None], ...]
+    module: str = ""
 
     def bind(self, *args: int, **kwargs: int) -> Workload:
         """Fix the shape parameters, positionally or by name, and check them."""
@@ -97,16 +105,15 @@ class Workload:
         """Raise `TensortuneError` unless the shape gives a well-formed, non-empty program
         whose tensors fit in `MEMORY_FRACTION` of this machine's physical memory."""
         try:
-            tensors = self.tensors()
+            arguments = self._arguments()
         except TensortuneError:
             raise
         except Exception as err:  # the compute function rejects the shape in its own words
             raise TensortuneError(f"{self.key}: invalid shape ({err})") from err
-        for tensor in tensors:
-            dims = [int(d) for d in tensor.shape]
+        for name, dims, _, _ in arguments:
             if any(d <= 0 for d in dims):
                 raise TensortuneError(
-                    f"{self.key}: tensor {tensor.name} would have shape {tuple(dims)}; "
+                    f"{self.key}: tensor {name} would have shape {tuple(dims)}; "
                     "every dimension must be positive"
                 )
         total = physical_memory()
@@ -126,31 +133,54 @@ class Workload:
         )
 
     def tensors(self) -> list[te.Tensor]:
-        """The kernel's arguments as te tensors: inputs first, then outputs."""
+        """The kernel's arguments as te tensors: inputs first, then outputs; `TensortuneError`
+        for a workload defined as a ``PrimFunc``, which has none."""
+        found = self._computed()
+        if not isinstance(found, list):
+            raise TensortuneError(f"{self.name} is a TIR function, not a tensor expression")
+        return found
+
+    def prim_func(self) -> tirx.PrimFunc:
+        """The unscheduled TIR function (`te.create_prim_func` of the tensors, or the
+        workload's own ``PrimFunc``)."""
+        from tvm import te
+
+        found = self._computed()
+        return te.create_prim_func(found) if isinstance(found, list) else found
+
+    def argument_specs(self) -> list[tuple[tuple[int, ...], str, bool]]:
+        """(shape, dtype, is_input) for each argument, in order."""
+        return [(shape, dtype, is_input) for _, shape, dtype, is_input in self._arguments()]
+
+    def _computed(self) -> list[te.Tensor] | tirx.PrimFunc:
+        """What the definition's compute function returns for this shape: a list of tensors or
+        a ``PrimFunc``."""
+        from tvm import tirx
+
         for name, value in self.shape.items():
             if value <= 0 and name not in _NON_NEGATIVE:
                 raise TensortuneError(f"{self.name}: {name} must be positive, got {value}")
             if value < 0:
                 raise TensortuneError(f"{self.name}: {name} must not be negative, got {value}")
-        return list(self.definition.compute(**self.shape))
+        found = self.definition.compute(**self.shape)
+        return found if isinstance(found, tirx.PrimFunc) else list(found)
 
-    def prim_func(self) -> tirx.PrimFunc:
-        """The unscheduled TIR function (`te.create_prim_func`)."""
+    def _arguments(self) -> list[tuple[str, tuple[int, ...], str, bool]]:
+        """(name, shape, dtype, is_input) of each argument, in order."""
         from tvm import te
 
-        return te.create_prim_func(self.tensors())
-
-    def argument_specs(self) -> list[tuple[tuple[int, ...], str, bool]]:
-        """(shape, dtype, is_input) for each argument, in order."""
-        from tvm import te
-
+        found = self._computed()
+        if isinstance(found, list):
+            return [
+                (t.name, tuple(int(d) for d in t.shape), str(t.dtype),
+                 isinstance(t.op, te.PlaceholderOp))
+                for t in found
+            ]  # fmt: skip
+        buffers = list(found.params)  # TVM 0.27: the parameters are the buffers
+        written = _written_buffers(found)
         return [
-            (
-                tuple(int(d) for d in t.shape),
-                str(t.dtype),
-                isinstance(t.op, te.PlaceholderOp),
-            )
-            for t in self.tensors()
+            (b.name, tuple(int(d) for d in b.shape), str(b.dtype), b.name not in written)
+            for b in buffers
         ]
 
     @property
@@ -245,10 +275,50 @@ def register_workload(
                 raise TensortuneError(f"{name}: shape parameters must be named, not *args/**kwargs")
             default = None if param.default is param.empty else param.default
             params.append((param.name, default))
-        _REGISTRY[name] = WorkloadDef(name, compute, reference, flops, tuple(params))
+        module = compute.__module__ if not compute.__module__.startswith("tensortune.") else ""
+        _REGISTRY[name] = WorkloadDef(name, compute, reference, flops, tuple(params), module)
+        setattr(compute, NAME_ATTR, name)  # so that ``module:function`` finds it
         return compute
 
     return decorate
+
+
+#: The attribute `register_workload` sets on the function it registers: the workload's name.
+NAME_ATTR = "tensortune_workload"
+
+
+def import_workload(reference: str) -> str:
+    """Import the ``module:function`` `reference` and return the name of the workload that
+    function registers (it must be decorated with `register_workload`). The working folder
+    is searched first, as ``python -m`` would; `TensortuneError` with one line if the module
+    does not import or the function is not a registered workload."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name.strip() or not attr.strip():
+        raise TensortuneError(f"{reference!r} is not module:function")
+    module = import_module(module_name)
+    found = getattr(module, attr, None)
+    if found is None:
+        raise TensortuneError(f"module {module_name} has no {attr!r}")
+    name = getattr(found, NAME_ATTR, None)
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise TensortuneError(
+            f"{reference} is not a workload: decorate it with @tensortune.register_workload"
+        )
+    return name
+
+
+def import_module(name: str) -> Any:
+    """Import the user module `name` (working folder first); `TensortuneError` with one line
+    if it does not import."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(name)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise TensortuneError(
+            f"cannot import module {name}: {type(err).__name__}" + (f": {first}" if first else "")
+        ) from None
 
 
 def workload_names() -> list[str]:
@@ -298,6 +368,21 @@ def parse_shape(name: str, text: str) -> Workload:
         else:
             positional.append(number)
     return get_workload(name, *positional, **named)
+
+
+def _written_buffers(func: tirx.PrimFunc) -> set[str]:
+    """Names of the buffers some block of `func` writes."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    written: set[str] = set()
+    stack = list(sch.get_child_blocks(sch.get_sblock("root")))
+    while stack:
+        block = stack.pop()
+        # TVM 0.27: a region names its buffer as ``source``.
+        written.update(region.source.name for region in sch.get(block).writes)
+        stack.extend(sch.get_child_blocks(block))
+    return written
 
 
 def _count_reduction_flops(workload: Workload) -> float:
