@@ -38,16 +38,23 @@ WINDOW = 64
 def windows(
     trials: list[optuna.trial.FrozenTrial], sampler_s: dict[int, float], start: float, size: int
 ) -> list[dict]:
-    """Per window of `size` trials (by number): the sampler's seconds, the wall seconds from
-    the end of the previous window (or `start`, the study's, for the first) to the end of this
-    one, and the share. Trials are complete or failed ones, in number order."""
+    """Per window of `size` trials (by number; where the trials do not divide evenly, a last
+    window of the last `size`, so that the history the last one starts from is the study's
+    size less `size`): the sampler's seconds, the wall seconds from the end of the trials
+    before the window (or `start`, the study's, for the first) to the end of its last, and the
+    share. Trials are complete or failed ones, in number order."""
+
+    def end(group: list[optuna.trial.FrozenTrial]) -> float:
+        return max(t.datetime_complete.timestamp() for t in group if t.datetime_complete)
+
+    firsts = list(range(0, len(trials) - size + 1, size))
+    if firsts and firsts[-1] + size < len(trials):
+        firsts.append(len(trials) - size)
     rows = []
-    previous_end = start
-    for first in range(0, len(trials) - size + 1, size):
+    for first in firsts:
         window = trials[first : first + size]
-        end = max(t.datetime_complete.timestamp() for t in window if t.datetime_complete)
         spent = sum(sampler_s.get(t.number, 0.0) for t in window)
-        wall = end - previous_end
+        wall = end(window) - (end(trials[:first]) if first else start)
         rows.append(
             {
                 "trials": f"{first + 1}-{first + size}",
@@ -61,7 +68,6 @@ def windows(
                 ),
             }
         )
-        previous_end = end
     return rows
 
 

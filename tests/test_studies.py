@@ -4,6 +4,7 @@ trains for real), and their reports read back what they wrote."""
 from __future__ import annotations
 
 import csv
+import datetime
 import importlib
 import json
 import math
@@ -12,6 +13,7 @@ import statistics
 import subprocess
 import sys
 
+import optuna
 import pytest
 
 STUDIES = os.path.join(os.path.dirname(__file__), "..", "studies")
@@ -339,6 +341,27 @@ def test_efficiency_goals_at_256_trials_against_the_vendor():
             r["vendor_gflops"] = 200.0
     (vendor,) = [(v, n) for g, v, n in goals.goals(rows) if "256 trials" in g]
     assert vendor[0] == "not met" and vendor[1].endswith("3 divided by the tuning-time vendor")
+
+
+def test_sampler_overhead_windows_end_with_the_last_trials():
+    overhead = studies_module("sampler_overhead")
+    origin = datetime.datetime(2026, 1, 1)
+    trials = [
+        optuna.trial.create_trial(value=float(i), params={}, distributions={}) for i in range(10)
+    ]
+    for i, trial in enumerate(trials):
+        trial.number = i
+        trial.datetime_complete = origin + datetime.timedelta(seconds=10 * (i + 1))
+    rows = overhead.windows(trials, {i: 1.0 for i in range(10)}, origin.timestamp(), 4)
+    # Windows of 4 from the start, then the last 4 (the history before them: 6 trials).
+    assert [(r["trials"], r["history_at_start"]) for r in rows] == [
+        ("1-4", 0),
+        ("5-8", 4),
+        ("7-10", 6),
+    ]
+    assert [r["wall_s"] for r in rows] == [40.0, 40.0, 40.0]
+    assert [r["sampler_share"] for r in rows] == [0.1, 0.1, 0.1]
+    assert rows[-1]["best_gflops"] == 9.0
 
 
 @pytest.mark.slow
