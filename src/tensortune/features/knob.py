@@ -179,10 +179,11 @@ class KnobFeatures:
             if b < MAX_BUFFERS:
                 reuse = np.log2(1.0 + iterations / touched)
                 rel_depth = np.broadcast_to(relative_depth, (n, depth + 1))
-                cols[2 * b] = _sample(np.log2(touched * itemsize), reuse)
-                cols[2 * b + 1] = _sample(np.log2(touched * itemsize), rel_depth)
+                at = _grid_levels(np.log2(touched * itemsize))  # both curves share their x
+                cols[2 * b] = _take(reuse, at)
+                cols[2 * b + 1] = _take(rel_depth, at)
         intensity = np.log2(iterations * self._ops / total)
-        cols[2 * MAX_BUFFERS] = _sample(np.log2(total), intensity)
+        cols[2 * MAX_BUFFERS] = _take(intensity, _grid_levels(np.log2(total)))
 
         vector = extents[:, -1]
         inner_axis = sequence[-1][0]
@@ -256,14 +257,19 @@ class KnobFeatures:
         return np.hstack([*cols, np.stack(scalars, axis=1)]).astype(np.float32)
 
 
-def _sample(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """Per row, y at the outermost level whose x (log2 bytes, rising outwards: column 0 is the
-    outermost) is at most each grid point; the innermost y below the smallest x."""
+def _grid_levels(xs: np.ndarray) -> np.ndarray:
+    """Per row and grid point, the column of `xs` (log2 bytes per loop level, column 0 the
+    outermost, rising outwards) of the outermost level whose x is at most the grid point, the
+    innermost where none is; columns counted inner to outer (see `_take`)."""
     # Columns run outer → inner; flip so that x rises along the axis.
-    xs, ys = xs[:, ::-1], ys[:, ::-1]
+    xs = xs[:, ::-1]
     below = (xs[:, None, :] <= GRID[None, :, None]).sum(axis=2) - 1  # (n, grid)
-    below = np.clip(below, 0, xs.shape[1] - 1)
-    return np.take_along_axis(ys, below, axis=1).astype(np.float32)
+    return np.clip(below, 0, xs.shape[1] - 1)
+
+
+def _take(ys: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Per row, y at each of `_grid_levels`' levels: a curve sampled on `GRID`."""
+    return np.take_along_axis(ys[:, ::-1], levels, axis=1).astype(np.float32)
 
 
 def _row_major_stride(coef: np.ndarray, shape: np.ndarray, axis: int) -> float:

@@ -64,7 +64,12 @@ class History:
     n_finished: int
 
 
-def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> History:
+def read_history(
+    study: optuna.Study,
+    space: KnobSpace,
+    fresh: bool = False,
+    memo: dict[int, tuple[int, ...] | None] | None = None,
+) -> History:
     """The study's trials as a `History` over `space`.
 
     Args:
@@ -73,6 +78,10 @@ def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> 
         fresh: Read the storage again instead of the trials Optuna cached for this `ask`.
             Default False; True after another process's claim was found, which the cache
             may predate.
+        memo: Encoded configs of finished trials by trial number, of this study and `space`
+            only, read and filled here: a finished trial's config never changes, so a sampler
+            that keeps it encodes each trial once instead of once per ask (with 1000 trials,
+            7 ms an ask). Default None: encode every trial.
     """
     finished_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     trials = study_trials(study, cached=not fresh)
@@ -83,13 +92,19 @@ def read_history(study: optuna.Study, space: KnobSpace, fresh: bool = False) -> 
     for trial in trials:
         if is_abandoned(trial, stale):
             continue  # its worker died before measuring: the config is free again
-        indices = space.encode(trial_config(trial))
-        if trial.state in finished_states:
+        finished = trial.state in finished_states
+        if memo is not None and finished and trial.number in memo:
+            indices = memo[trial.number]
+        else:
+            indices = space.encode(trial_config(trial))
+            if memo is not None and finished:
+                memo[trial.number] = indices
+        if finished:
             n_finished += 1
         if indices is None:
             continue
         taken.add(indices)
-        if trial.state in finished_states:
+        if finished:
             configs.append(indices)
             value = trial.value if trial.state == TrialState.COMPLETE else None
             values.append(np.nan if value is None else (value if maximize else -value))
