@@ -100,8 +100,15 @@ def test_space_filling_covers_every_value_and_mutants_change_several_knobs(space
     assert (mutants < np.array(space.sizes)).all() and (mutants >= 0).all()
 
 
-def synthetic_study(seed: int, search: str = "evolve", n_trials: int = 40) -> optuna.Study:
-    """A study of matmul 64's knob space whose objective is a function of the knob values."""
+def synthetic_study(
+    seed: int,
+    search: str = "evolve",
+    n_trials: int = 40,
+    callbacks: list | None = None,
+    **sampler_args: float,
+) -> optuna.Study:
+    """A study of matmul 64's knob space whose objective is a function of the knob values;
+    `sampler_args` go to `CostModelSampler`, `callbacks` to `optimize`."""
     template = CpuTemplate(tensortune.get_workload("matmul", 64, 64, 64))
 
     def objective(trial: optuna.Trial) -> float:
@@ -109,9 +116,11 @@ def synthetic_study(seed: int, search: str = "evolve", n_trials: int = 40) -> op
         inner = [int(f) for f in str(config["tile_j"]).split("x")][-1]
         return inner * (1 + (config["unroll"] == 64)) + (config["order"] == "S0 S1 R0 S2 R1 S3")
 
-    sampler = CostModelSampler(template, n_startup_trials=16, search=search, seed=seed)
+    sampler = CostModelSampler(
+        template, n_startup_trials=16, search=search, seed=seed, **sampler_args
+    )
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.optimize(objective, n_trials=n_trials)
+    study.optimize(objective, n_trials=n_trials, callbacks=callbacks)
     return study
 
 
@@ -140,6 +149,55 @@ def test_far_from_matches_a_brute_force_hamming_distance(space):
         assert np.array_equal(far_from(configs, reference, distance), nearest >= distance)
     assert far_from(configs, reference[:0], 3).all() and far_from(configs, reference, 0).all()
     assert not far_from(configs, reference, 1)[:3].any()  # the reference itself is at 0
+
+
+def test_far_from_keys_a_long_history_exactly(space):
+    """Against hundreds of reference configs `far_from` compares keys of the knobs left when
+    `distance - 1` are masked, not every pair; it must agree with the pairwise distance, and
+    fall back to pairs where the keys would not be exact."""
+    rng = np.random.default_rng(7)
+    reference = space_filling(space.sizes, 600, rng)
+    near = mutate_many(np.repeat(reference[:100], 3, axis=0), space.sizes, rng, rate=0.25)
+    configs = np.vstack([reference[:5], near, space_filling(space.sizes, 300, rng)])
+    nearest = (configs[:, None, :] != reference[None, :, :]).sum(axis=2).min(axis=1)
+    assert set(nearest.tolist()) >= {0, 1, 2, 3}
+    for distance in (1, 2, 3, 4, len(space.sizes), len(space.sizes) + 1):
+        assert np.array_equal(far_from(configs, reference, distance), nearest >= distance)
+    # 8 knobs of 2^10 values each: 80 bits of key, more than float64 holds exactly.
+    wide_reference = rng.integers(0, 1 << 10, size=(600, 8))
+    wide = wide_reference[:50].copy()
+    wide[:, :2] = rng.integers(0, 1 << 10, size=(50, 2))
+    wide_nearest = (wide[:, None, :] != wide_reference[None, :, :]).sum(axis=2).min(axis=1)
+    for distance in (2, 3):
+        assert np.array_equal(far_from(wide, wide_reference, distance), wide_nearest >= distance)
+
+
+def test_rounds_refit_the_model_as_the_history_grows():
+    """A round fits the model again once the history grew by `refit_growth` of the rows it
+    was last fit on (and by a batch at least); before that it searches with the last model.
+    The default fits every round of a short study, so it proposes what fitting always does."""
+
+    def fits(**sampler_args: float) -> tuple[list[bool], list[dict]]:
+        seen: dict[int, bool] = {}
+
+        def record(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            # The round that proposed this trial is the sampler's last one when it ends.
+            proposal = trial.system_attrs[PROPOSAL_ATTR]
+            if proposal["source"] != "startup":
+                seen[proposal["round"]] = study.sampler.last_round_seconds["fit"] > 0
+
+        study = synthetic_study(seed=2, n_trials=48, callbacks=[record], **sampler_args)
+        return [seen[r] for r in sorted(seen)], [t.params for t in study.trials]
+
+    # Rounds at 16, 24, 32 and 40 trials: with a growth of 1, fits at 16 and 32 only.
+    halved, _ = fits(refit_growth=1.0)
+    assert halved == [True, False, True, False]
+    every, params = fits(refit_growth=0.0)
+    default, default_params = fits()
+    assert every == default == [True] * 4
+    assert params == default_params
+    with pytest.raises(ValueError, match="refit_growth must be at least 0, got -1"):
+        CostModelSampler(refit_growth=-1)
 
 
 @pytest.mark.slow  # 3 model rounds, two searches each: about 20 s on a loaded 2-core machine

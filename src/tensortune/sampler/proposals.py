@@ -196,19 +196,30 @@ def propose_round(
     prior_starts: np.ndarray | None = None,
     model: CostModel | None = None,
     judges: Sequence[CostModel | None] = (),
+    refit: bool = True,
 ) -> Round:
     """Fit (on the study's history and the `prior` studies' rows, weighed with `judges`, see
     `fit_cost_model`; `model` from the last round, or a fresh one), search
     (``settings.search``: evolve from the measured best and `prior_starts`, or anneal from
     `chains` and `prior_starts`, see `chain_starts`), and select `settings.batch_size` configs
-    never taken."""
+    never taken.
+
+    With `refit` False (default True) and a `model` without `prior` rows, the round searches
+    with `model` as it is: the history still gives the search its measured best and the
+    configs it must not propose again."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
-    fit = fit_cost_model(history, featurize, settings, seed, prior, model, judges)
-    model, train_rows = fit.model, fit.rows
-    seconds["fit"] = model.fit_seconds_
-    seconds["features"] = time.perf_counter() - start - model.fit_seconds_
+    if refit or model is None or prior is not None:
+        fit = fit_cost_model(history, featurize, settings, seed, prior, model, judges)
+        model, train_rows = fit.model, fit.rows
+        seconds["fit"] = model.fit_seconds_
+    else:
+        rows = featurize(history.configs)
+        train_rows = rows[~np.isnan(rows).any(axis=1)]
+        fit = Fit(model, train_rows, np.empty(0), np.empty(0), np.empty(0))
+        seconds["fit"] = 0.0
+    seconds["features"] = time.perf_counter() - start - seconds["fit"]
 
     # EI's incumbent: the best predicted of the study's own configs (none yet: the sources').
     known = train_rows if len(train_rows) or prior is None else prior.features
