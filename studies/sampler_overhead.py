@@ -9,7 +9,8 @@ Cheap kernels are the worst case for the share, so the default workloads are the
 reference layers that measure fastest (ResNet-18 C12 and C2).
 
 Writes ``studies/results/sampler_overhead.csv`` (one row per workload and window) and
-``sampler_overhead_phases.csv`` (the seconds of each part of the last model round).
+``sampler_overhead_phases.csv`` (the model rounds of the last window: how many, how many fit
+the cost model, and their mean seconds by part).
 
     python studies/sampler_overhead.py                    # C12 and C2, 1064 trials, seed 0
     python studies/sampler_overhead.py --quick --out /tmp # matmul 64, 96 trials, windows of 32
@@ -71,11 +72,43 @@ def windows(
     return rows
 
 
+class RoundLog(TimedSampler):
+    """A `TimedSampler` of a `tensortune.CostModelSampler` that also keeps, per model round,
+    the trial it was made for and its seconds by part (``last_round_seconds``)."""
+
+    def __init__(self, inner: tensortune.CostModelSampler) -> None:
+        super().__init__(inner)
+        self.rounds: list[tuple[int, dict[str, float]]] = []
+
+    def sample_relative(self, study, trial, search_space):  # type: ignore[no-untyped-def]
+        params = super().sample_relative(study, trial, search_space)
+        last = self.inner.last_round_seconds
+        if last and (not self.rounds or self.rounds[-1][1] is not last):  # a new round
+            self.rounds.append((trial.number, last))
+        return params
+
+
+def phases(rounds: list[tuple[int, dict[str, float]]], first: int) -> dict:
+    """The model rounds made for trials from number `first` on: how many, how many fit the
+    cost model, and their mean seconds by part (``fit`` over every round, ``fit_each`` over
+    those that fit)."""
+    kept = [seconds for number, seconds in rounds if number >= first]
+    parts = ("fit", "features", "search", "select")
+    mean = {k: sum(r.get(k, 0.0) for r in kept) / max(len(kept), 1) for k in parts}
+    fitted = [r["fit"] for r in kept if r.get("fit", 0.0) > 0]
+    return {
+        "rounds": len(kept),
+        "fitted": len(fitted),
+        **{k: round(v, 3) for k, v in mean.items()},
+        "fit_each": round(sum(fitted) / len(fitted), 3) if fitted else 0.0,
+    }
+
+
 def run(label: str, n_trials: int, window: int, seed: int) -> tuple[list[dict], dict]:
     """Tune `label` for `n_trials` with the default learned sampler; its `windows` rows (with
-    the workload's label) and the seconds of the sampler's last model round by part."""
+    the workload's label) and the `phases` of the model rounds of its last window."""
     sampler = tensortune.CostModelSampler(seed=seed)
-    timed = TimedSampler(sampler)
+    timed = RoundLog(sampler)
     storage = f"sqlite:///{tempfile.mkdtemp()}/overhead.db"
     start = time.time()
     study = tensortune.tune(
@@ -92,9 +125,10 @@ def run(label: str, n_trials: int, window: int, seed: int) -> tuple[list[dict], 
     name = CONV_LABELS.get(label, label)
     found = windows(trials, timed.per_trial, start, window)
     rows = [{"workload": name, "seed": seed, **row} for row in found]
-    last_round = sampler.last_round_seconds
-    phases = {"workload": name, **{k: round(v, 3) for k, v in last_round.items()}}
-    return rows, phases
+    last = found[-1]
+    first = int(last["trials"].split("-")[0]) - 1  # trial numbers count from 0
+    parts = {"workload": name, "trials": last["trials"], **phases(timed.rounds, first)}
+    return rows, parts
 
 
 def main() -> None:
@@ -115,15 +149,15 @@ def main() -> None:
     if n_trials < window:
         parser.error(f"--trials must be at least one window ({window})")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    rows, phases = [], []
+    rows, round_parts = [], []
     for label in labels:
         found, last = run(label, n_trials, window, args.seed)
         for row in found:
             print(row, flush=True)
         rows += found
-        phases.append(last)
+        round_parts.append(last)
     write_csv(os.path.join(args.out, "sampler_overhead.csv"), rows)
-    write_csv(os.path.join(args.out, "sampler_overhead_phases.csv"), phases)
+    write_csv(os.path.join(args.out, "sampler_overhead_phases.csv"), round_parts)
 
 
 if __name__ == "__main__":

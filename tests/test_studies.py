@@ -364,6 +364,21 @@ def test_sampler_overhead_windows_end_with_the_last_trials():
     assert rows[-1]["best_gflops"] == 9.0
 
 
+def test_sampler_overhead_phases_average_the_rounds_of_a_window():
+    overhead = studies_module("sampler_overhead")
+    rounds = [
+        (16, {"fit": 0.4, "features": 0.1, "search": 0.3, "select": 0.0}),
+        (24, {"fit": 0.0, "features": 0.1, "search": 0.5, "select": 0.0}),
+        (32, {"fit": 0.6, "features": 0.1, "search": 0.4, "select": 0.0}),
+    ]
+    # From trial 20 on: two rounds, one of which fit the model.
+    assert overhead.phases(rounds, 20) == {
+        "rounds": 2, "fitted": 1, "fit": 0.3, "features": 0.1, "search": 0.45, "select": 0.0,
+        "fit_each": 0.6,
+    }  # fmt: skip
+    assert overhead.phases(rounds, 40)["rounds"] == 0
+
+
 @pytest.mark.slow
 def test_sampler_overhead_quick(tmp_path):
     rows = run_quick("sampler_overhead.py", tmp_path)
@@ -376,6 +391,9 @@ def test_sampler_overhead_quick(tmp_path):
         )
     with open(tmp_path / "sampler_overhead_phases.csv") as f:
         (phases,) = list(csv.DictReader(f))
+    # The last window (trials 65-96) has the rounds for trials 64, 72, 80 and 88; a history
+    # this short is fit every round.
+    assert (phases["trials"], phases["rounds"], phases["fitted"]) == ("65-96", "4", "4")
     assert float(phases["fit"]) > 0 and float(phases["search"]) > 0
 
 
