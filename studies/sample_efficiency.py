@@ -84,6 +84,8 @@ COSTMODEL_VARIANTS: dict[str, dict] = {
     # No explore share: every proposal from the search that breeds from the measured best.
     "costmodel-local": {"explore_share": 0.0},
     "costmodel-treegru": {"cost_model": "treegru"},
+    # A start of 8 space-filling trials instead of 16: the model proposes from trial 9.
+    "costmodel-start8": {"n_startup_trials": 8},
     # The model fit every round, however long the history (the default refits as it grows).
     "costmodel-refit0": {"refit_growth": 0.0},
     # The search before issue 19: one-knob annealing over program ("curve") features.
