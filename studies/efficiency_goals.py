@@ -121,7 +121,9 @@ def pooled_table(rows: list[dict], ours: str = OURS, peer: str = PEER) -> str:
     trials = max(r["trials"] for r in rows)
     checkpoints = pooled_checkpoints(trials)
     head = ["workload", "seed pairs"]
-    head += [f"{ours} ÷ {peer} @{n} ({_source(n, trials, rows)}) [95 %]" for n in checkpoints]
+    head += [
+        f"{ours} ÷ {peer} @{n} ({_source(n, trials, rows, ours, peer)}) [95 %]" for n in checkpoints
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     groups = [(label, [r for r in rows if r["workload"] == label])
               for label in dict.fromkeys(r["workload"] for r in rows)]  # fmt: skip
@@ -141,9 +143,9 @@ def pooled_table(rows: list[dict], ours: str = OURS, peer: str = PEER) -> str:
     return "\n".join(lines)
 
 
-def _source(n: int, trials: int, rows: list[dict]) -> str:
-    """How `value_at` got the values at `n` trials of `OURS` and `PEER` in `rows`."""
-    pair = [r for r in rows if r["tuner"] in (OURS, PEER) and r["trials"] >= n]
+def _source(n: int, trials: int, rows: list[dict], ours: str = OURS, peer: str = PEER) -> str:
+    """How `value_at` got the values at `n` trials of `ours` and `peer` in `rows`."""
+    pair = [r for r in rows if r["tuner"] in (ours, peer) and r["trials"] >= n]
     if n == trials or (pair and all(positive(r.get(f"remeasured@{n}")) for r in pair)):
         return "re-timed"
     return "tuning-time"

@@ -34,6 +34,7 @@ from common import UNSEEN_WORKLOADS
 from efficiency_goals import (
     KNOWN,
     MAIN,
+    OURS,
     goals_section,
     pooled_table,
     positive,
@@ -65,8 +66,12 @@ def report(rows: list[dict], curves: list[dict], out: str, overhead: Sequence[di
     reference = [r for r in rows if r["workload"] not in UNSEEN_WORKLOADS]
     unseen = [r for r in rows if r["workload"] in UNSEEN_WORKLOADS]
     parts = [summary_table(rows), f"{len(rows)} studies, {total:.0f} min of tuning in all."]
+    variants = sorted({r["tuner"] for r in rows if r["tuner"].startswith("costmodel-")})
     if reference:
         parts += [pooled_table(reference), trials_table(reference)]
+        # Each variant of the ablation against the default, on the seeds both ran.
+        parts += [pooled_table(reference, ours=v, peer=OURS) for v in variants
+                  if any(r["tuner"] == v for r in reference)]  # fmt: skip
     if unseen:
         parts.append("Shapes the defaults were not chosen on:\n\n" + pooled_table(unseen))
     parts.append(goals_section(reference, unseen, overhead))
@@ -75,7 +80,6 @@ def report(rows: list[dict], curves: list[dict], out: str, overhead: Sequence[di
         f.write(text + "\n")
     print(text)
     main = [t for t in MAIN if any(r["tuner"] == t for r in rows)]
-    variants = sorted({r["tuner"] for r in rows if r["tuner"].startswith("costmodel-")})
     _plot(os.path.join(out, "sample_efficiency_trials.png"), rows, curves, main, "trial")
     _plot(os.path.join(out, "sample_efficiency_seconds.png"), rows, curves, main, "elapsed_s")
     if variants:

@@ -235,6 +235,27 @@ def test_efficiency_pooled_ratio_and_its_interval():
     assert "@32 (re-timed)" in header and "@16 (tuning-time)" in header
 
 
+def test_efficiency_report_pools_each_variant_against_the_default(tmp_path):
+    goals = studies_module("efficiency_goals")
+    report = studies_module("efficiency_report")
+    rows = synthetic_rows({"a": [2.0, 1.5], "b": [1.0, 1.2]})
+    # A variant at 1.1x the default on every seed, re-timed at 16 and 32 (TPE never is).
+    for row in [r for r in rows if r["tuner"] == "costmodel"]:
+        row["remeasured@16"] = row["remeasured@32"] = row["best@16"]
+        rows.append({**row, "tuner": "costmodel-x", "remeasured": 1.1 * row["remeasured"]})
+    table = goals.pooled_table(rows, ours="costmodel-x", peer="costmodel").splitlines()
+    # Its own pair was re-timed at 16 and 32: the checkpoints say so, whatever TPE's rows hold.
+    assert table[0].split(" | ")[2:] == [
+        "costmodel-x ÷ costmodel @16 (re-timed) [95 %]",
+        "costmodel-x ÷ costmodel @32 (re-timed) [95 %]",
+        "costmodel-x ÷ costmodel @64 (re-timed) [95 %] |",
+    ]
+    assert table[4].startswith("| all (pooled) | 4 | 1.00 [1.00, 1.00] | 1.00 [1.00, 1.00] | 1.10")
+    report.report(rows, [], str(tmp_path))
+    summary = (tmp_path / "sample_efficiency_summary.md").read_text()
+    assert "| costmodel-x ÷ costmodel @64 (re-timed) [95 %] |" in summary
+
+
 def test_efficiency_trials_to_the_best_known():
     report = studies_module("efficiency_report")
     rows = [{"workload": "w", "tuner": t, "seed": s, "trials": 4}
