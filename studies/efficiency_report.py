@@ -35,6 +35,7 @@ from efficiency_goals import (
     KNOWN,
     MAIN,
     OURS,
+    PEER,
     goals_section,
     pooled_table,
     positive,
@@ -68,7 +69,9 @@ def report(rows: list[dict], curves: list[dict], out: str, overhead: Sequence[di
     parts = [summary_table(rows), f"{len(rows)} studies, {total:.0f} min of tuning in all."]
     variants = sorted({r["tuner"] for r in rows if r["tuner"].startswith("costmodel-")})
     if reference:
-        parts += [pooled_table(reference), trials_table(reference)]
+        if any(r["tuner"] == PEER for r in reference):
+            parts.append(pooled_table(reference))
+        parts.append(trials_table(reference))
         # Each variant of the ablation against the default, on the seeds both ran.
         parts += [pooled_table(reference, ours=v, peer=OURS) for v in variants
                   if any(r["tuner"] == v for r in reference)]  # fmt: skip
