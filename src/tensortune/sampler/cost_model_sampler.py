@@ -458,11 +458,8 @@ class CostModelSampler(BaseSampler):
         assert self._space is not None and self._extractor is not None
         space, extractor = self._space, self._extractor
         grown = history.n_finished - self._model_rows
-        refit = (
-            self._model is None
-            or self.warm.rows is not None  # source weights follow every batch
-            or grown >= max(self.settings.batch_size, self.refit_growth * self._model_rows)
-        )
+        # Due by growth; `propose_round` also fits without a model, or with sources.
+        refit = grown >= max(self.settings.batch_size, self.refit_growth * self._model_rows)
 
         def featurize(configs: np.ndarray) -> np.ndarray:
             if extractor.knob is not None:  # straight from the indices: no dicts for 10^4 rows
@@ -478,15 +475,11 @@ class CostModelSampler(BaseSampler):
             self._rng,
             prior=self.warm.rows,
             prior_starts=self.warm.starts(space),
-            # The last model, to search with as it is (no refit due) or, for a model that
-            # warm-starts (the TreeGRU), to go on training; other models are fit anew.
-            model=self._model
-            if self._model is not None and (self._model.warm_start or not refit)
-            else None,
+            model=self._model,
             judges=self._source_judges(),
             refit=refit,
         )
-        if refit:
+        if result.fitted:
             self._model_rows = history.n_finished
         self.warm.record(result.source_weights)
         self._model = result.model

@@ -79,6 +79,8 @@ class Round:
         n_scored: Configs the annealer scored (cached features included).
         model: The fitted cost model, for the next round to go on from.
         source_weights: `Fit.source_weights` of the round's fit (empty without sources).
+        fitted: Whether the round fit `model` (False: it searched with the model it was
+            given, see `propose_round`'s ``refit``).
     """
 
     configs: np.ndarray
@@ -89,6 +91,7 @@ class Round:
     n_scored: int
     model: CostModel | None = None
     source_weights: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
+    fitted: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,26 +202,30 @@ def propose_round(
     refit: bool = True,
 ) -> Round:
     """Fit (on the study's history and the `prior` studies' rows, weighed with `judges`, see
-    `fit_cost_model`; `model` from the last round, or a fresh one), search
+    `fit_cost_model`; `model`, the last round's, goes on training where it warm-starts (the
+    TreeGRU), else a fresh one is fit), search
     (``settings.search``: evolve from the measured best and `prior_starts`, or anneal from
     `chains` and `prior_starts`, see `chain_starts`), and select `settings.batch_size` configs
     never taken.
 
-    With `refit` False (default True) and a `model` without `prior` rows, the round searches
-    with `model` as it is: the history still gives the search its measured best and the
-    configs it must not propose again."""
+    With `refit` False (default True), a `model` and no `prior` rows, the round searches with
+    `model` as it is: the history still gives the search its measured best and the configs it
+    must not propose again. With `prior` rows every round fits: their weights follow the
+    study's own configs."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
-    if refit or model is None or prior is not None:
-        fit = fit_cost_model(history, featurize, settings, seed, prior, model, judges)
-        model, train_rows = fit.model, fit.rows
-        seconds["fit"] = model.fit_seconds_
-    else:
+    fitted = refit or model is None or prior is not None
+    if model is not None and not fitted:
         rows = featurize(history.configs)
         train_rows = rows[~np.isnan(rows).any(axis=1)]
         fit = Fit(model, train_rows, np.empty(0), np.empty(0), np.empty(0))
         seconds["fit"] = 0.0
+    else:
+        going_on = model if model is not None and model.warm_start else None
+        fit = fit_cost_model(history, featurize, settings, seed, prior, going_on, judges)
+        model, train_rows = fit.model, fit.rows
+        seconds["fit"] = model.fit_seconds_
     seconds["features"] = time.perf_counter() - start - seconds["fit"]
 
     # EI's incumbent: the best predicted of the study's own configs (none yet: the sources').
@@ -247,7 +254,7 @@ def propose_round(
     far = _explore(history, sizes, score, settings, n_far, rng) if n_far else None
     seconds["search"] = time.perf_counter() - start
     found = _select(history, sizes, settings, result, far, n_far, rng, seconds, model)
-    return dataclasses.replace(found, source_weights=fit.source_weights)
+    return dataclasses.replace(found, source_weights=fit.source_weights, fitted=fitted)
 
 
 def _anneal(
