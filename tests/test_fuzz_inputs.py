@@ -412,7 +412,9 @@ def test_fuzzed_argv(tmp_path, capsys, tokens):
     # (where they parse) the first bad value, at the latest --trials=0.
     argv = ["tune", *tokens, "--trials=0"]
     try:
-        _refused(argv, str(tmp_path), capsys)
+        err = _refused(argv, str(tmp_path), capsys)
     except SystemExit:  # argparse refused them: check that refusal as a user sees it
         capsys.readouterr()
-        _usage_error(argv, str(tmp_path), capsys)
+        err = _usage_error(argv, str(tmp_path), capsys)
+    # (Both helpers also check the status, the single line and that nothing was written.)
+    assert err.startswith("tensortune: error: ") and "\n" not in err, (argv, err)
