@@ -181,6 +181,23 @@ def retime(
     return seconds
 
 
+#: The re-timing of tuned winners (`retime`) in the benchmarks; the studies time with `SETTINGS`.
+RETIME = MeasureSettings(repeat=5, min_repeat_ms=50)
+RETIME_ROUNDS = 3
+
+
+def early_winners(study: optuna.Study, checkpoints: tuple[int, ...]) -> dict[int, dict]:
+    """The config of the best trial among the first n, for each n of `checkpoints` below the
+    study's trial count (none where no trial so far succeeded)."""
+    trials = sorted(study.trials, key=lambda t: t.number)
+    found = {}
+    for n in checkpoints:
+        done = [t for t in trials[:n] if t.state == optuna.trial.TrialState.COMPLETE]
+        if n < len(trials) and done:
+            found[n] = dict(max(done, key=lambda t: t.value or 0.0).params)
+    return found
+
+
 def first_trial(values: list[float | None], level: float, *, above: bool = False) -> int | str:
     """The 1-based trial whose value first reaches `level` (exceeds it, with `above`), or ''
     if none does. `values` are per trial in order, None for a failed one."""

@@ -91,9 +91,16 @@ def pooled_ratio(
         a, b = value_at(row, n), value_at(other, n)
         if a is not None and b is not None:
             logs.append(math.log(a / b))
+    return geomean_interval(logs)
+
+
+def geomean_interval(logs: Sequence[float]) -> dict[str, float] | None:
+    """The geometric mean of ratios given as their logarithms, with a 95 % bootstrap interval
+    (`RESAMPLES` resamples, numpy generator seeded with `BOOTSTRAP_SEED`): a dict of ``pairs``,
+    ``geomean``, ``low``, ``high``; None for no ratio."""
     if not logs:
         return None
-    values = np.array(logs)
+    values = np.array(logs, dtype=float)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     means = values[rng.integers(0, len(values), size=(RESAMPLES, len(values)))].mean(axis=1)
     low, high = np.exp(np.percentile(means, [2.5, 97.5]))

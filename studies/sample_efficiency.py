@@ -47,11 +47,14 @@ from common import (
     ALL_WORKLOADS,
     DONE,
     HERE,
+    RETIME,
+    RETIME_ROUNDS,
     SETTINGS,
     UNSEEN_WORKLOADS,
     VENDOR,
     WORKLOADS,
     TimedSampler,
+    early_winners,
     finished,
     first_trial,
     retime,
@@ -63,7 +66,7 @@ from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_label
 from results_io import best_so_far, write_csv
 
 import tensortune
-from tensortune.measure import Measurer, MeasureSettings
+from tensortune.measure import Measurer
 from tensortune.storage import best_summary, study_space
 from tensortune.target import target_spec
 from tensortune.templates import template_for
@@ -102,9 +105,6 @@ QUICK_TUNERS = ("costmodel", "tpe", "metaschedule")
 #: CMA-ES is not among them: every knob is categorical, and Optuna's CmaEsSampler samples
 #: categorical parameters independently at random, which is the random tuner.
 CHECKPOINTS = (16, 32, 64, 128, 256)
-#: The re-timing of the winners (`common.retime`); the studies time with `common.SETTINGS`.
-RETIME = MeasureSettings(repeat=5, min_repeat_ms=50)
-RETIME_ROUNDS = 3
 RETIMED = "bench:remeasured_gflops"
 RETIMED_VENDOR = "bench:remeasured_vendor_gflops"
 
@@ -185,7 +185,7 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
     pooled ratio at those checkpoints compares re-timed kernels too."""
     workload = workload_of(label)
     kernels: dict[str, tuple[object, dict]] = {}
-    early: dict[str, dict[int, dict]] = {}  # per tuner of ours, `early_winners`
+    early: dict[str, dict[int, dict]] = {}  # per tuner of ours, `common.early_winners`
     for tuner, study in studies.items():
         if tuner == "metaschedule":
             script = {"script": study.user_attrs["bench:best_script"]}
@@ -194,7 +194,7 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
         best = best_summary(study)["config"]
         template = template_for(workload, target_spec("llvm"), study_space(study))
         kernels[tuner] = (template, best)
-        early[tuner] = early_winners(study)
+        early[tuner] = early_winners(study, POOLED_AT)
         for n, config in early[tuner].items():
             if config != best:
                 kernels[f"{tuner}@{n}"] = (template, config)
@@ -211,19 +211,6 @@ def retime_winners(label: str, studies: dict[str, optuna.Study]) -> None:
                 study.set_user_attr(f"{RETIMED}@{n}", workload.flop_count / found / 1e9)
         if VENDOR in seconds and study.user_attrs.get("vendor_library") == library:
             study.set_user_attr(RETIMED_VENDOR, workload.flop_count / seconds[VENDOR] / 1e9)
-
-
-def early_winners(study: optuna.Study) -> dict[int, dict]:
-    """The config of the best trial among the first n, for each n of
-    `efficiency_goals.POOLED_AT` below the study's trial count (none where no trial so far
-    succeeded)."""
-    trials = sorted(study.trials, key=lambda t: t.number)
-    found = {}
-    for n in POOLED_AT:
-        done = [t for t in trials[:n] if t.state == optuna.trial.TrialState.COMPLETE]
-        if n < len(trials) and done:
-            found[n] = dict(max(done, key=lambda t: t.value or 0.0).params)
-    return found
 
 
 def summarize(label: str, tuner: str, seed: int, study: optuna.Study) -> tuple[dict, list[dict]]:

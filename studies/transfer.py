@@ -30,11 +30,15 @@ any benchmark, is not measured again, so the modes differ in search, not in timi
 wall seconds count reused configs as free. Writes under ``--out`` (default
 ``studies/results/``):
 
-- ``transfer.csv``: per pair, mode and seed: best GFLOP/s at 16 / 32 / 64 trials, trials to
-  reach 90 % of the cold study's best at 64 (same seed), wall seconds, the configs the cache
-  answered and measured;
+- ``transfer.csv``: per pair, mode and seed: best GFLOP/s at 16 / 32 / 64 / 128 trials as
+  found while tuning and re-timed (each mode's winner of its first n trials and the vendor
+  library, timed interleaved after the pair's modes finished, `retime_pair`), trials to reach
+  90 % of the cold study's best (same seed), wall seconds, the configs the cache answered and
+  measured;
 - ``transfer_curves.csv``: best-so-far per trial; ``transfer.png``: the curves;
-- ``transfer_summary.md``: medians over seeds and the speed-up in trials.
+- ``transfer_summary.md`` (``transfer_report.py``): medians, every seed, the pooled ratio of
+  each warm mode to cold with its bootstrap interval, trials to 90 % of the best known, and
+  issue 20's goals.
 
     python studies/transfer.py                      # every pair and mode, seeds 0-4, 64 trials
     python studies/transfer.py --trials 128 --modes cold warm warm-decay
@@ -50,14 +54,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
 import optuna
-from common import DONE, finished, first_trial, study_name, workload_of
+import transfer_report
+from common import (
+    DONE,
+    RETIME,
+    RETIME_ROUNDS,
+    VENDOR,
+    early_winners,
+    finished,
+    first_trial,
+    retime,
+    study_name,
+    workload_of,
+)
 from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_label
-from results_io import best_so_far, draw_band, pyplot, read_csv, write_csv
+from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
@@ -77,6 +92,19 @@ PAIRS = {
     "matmul-to-batch_matmul": ("bert-attention", ("matmul-1024", "bert-ffn"), False),
     "conv2d-to-depthwise": ("mobilenet-dw", ("resnet18-c2", "resnet18-c7", "resnet18-c12"), False),
     "depthwise-to-matmul": ("matmul-1024", ("mobilenet-dw",), False),
+}
+#: What each pair transfers across, for the goals: shapes of one operator (trials to 90 % of
+#: the best known >= 3x fewer than cold), other operators (>= 1.5x), or nothing related (lose
+#: nothing).
+KINDS = {
+    "c12-to-c7": "shapes",
+    "loo-c2": "shapes",
+    "loo-c7": "shapes",
+    "loo-c12": "shapes",
+    "matmul-to-batch_matmul": "operators",
+    "conv2d-to-depthwise": "operators",
+    "depthwise-to-matmul": "unrelated",
+    "matmul-shape": "shapes",
 }
 #: --quick: another matmul shape → matmul 128, 16 trials, one seed.
 QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
@@ -178,6 +206,46 @@ def timed_tune(
     return study
 
 
+#: The cold study's user attr (suffixed with the pair) that keeps a pair's re-timing.
+RETIMED_ATTR = "bench:retimed:"
+
+
+def retime_pair(pair: str, target: str, studies: dict[str, optuna.Study]) -> dict[str, dict]:
+    """Every mode's winner of its first n trials, for each of `CHECKPOINTS` within its trials,
+    and the vendor library, re-timed interleaved over `common.RETIME_ROUNDS` rounds (so that
+    drift hits all alike): ``{mode: {n: GFLOP/s}}`` and ``{"vendor": {0: GFLOP/s}}``.
+
+    Kept on the cold study (``RETIMED_ATTR + pair``; cold studies are shared by the pairs of a
+    target) and read back on a second run unless a mode is missing from it."""
+    cold = studies["cold"]
+    kept = cold.user_attrs.get(RETIMED_ATTR + pair)
+    if kept is not None and set(studies) <= set(kept):
+        return {mode: {int(n): v for n, v in found.items()} for mode, found in kept.items()}
+    workload = workload_of(target)
+    template = CpuTemplate(workload)
+    kernels: dict[str, tuple[object, dict]] = {}
+    winners: dict[str, dict[int, str]] = {}  # mode -> checkpoint -> kernel name
+    for mode, study in studies.items():
+        early = early_winners(study, CHECKPOINTS)
+        early[len(study.trials)] = dict(study.best_trial.params)
+        winners[mode] = {}
+        for n, config in early.items():
+            # One kernel per distinct config: the same winner at two checkpoints is one timing.
+            name = next((k for k, (_, c) in kernels.items() if c == config), f"{mode}@{n}")
+            kernels.setdefault(name, (template, config))
+            winners[mode][n] = name
+    library = cold.user_attrs.get("vendor_library")
+    seconds = retime(kernels, target_spec("llvm"), RETIME, RETIME_ROUNDS, library)
+    found: dict[str, dict] = {
+        mode: {n: workload.flop_count / seconds[k] / 1e9 for n, k in names.items() if k in seconds}
+        for mode, names in winners.items()
+    }
+    if VENDOR in seconds:
+        found["vendor"] = {0: workload.flop_count / seconds[VENDOR] / 1e9}
+    cold.set_user_attr(RETIMED_ATTR + pair, found)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
@@ -246,7 +314,8 @@ def main() -> None:
                     )
                     best = studies[mode].best_value
                     print(f"{pair} {model} {mode} s{seed}: {best:.1f} GFLOP/s", flush=True)
-                pair_rows, pair_curves = summarize(pair, target, seed, studies)
+                retimed = retime_pair(pair, target, studies)
+                pair_rows, pair_curves = summarize(pair, target, seed, studies, retimed)
                 if len(args.cost_model) > 1:
                     for row in pair_rows + pair_curves:
                         row["cost_model"] = model
@@ -254,20 +323,33 @@ def main() -> None:
                 curves += pair_curves
     write_csv(os.path.join(args.out, "transfer.csv"), rows)
     write_csv(os.path.join(args.out, "transfer_curves.csv"), curves)
-    report(args.out, trials)
+    transfer_report.report(args.out, trials)
 
 
 def summarize(
-    pair: str, target: str, seed: int, studies: dict[str, optuna.Study]
+    pair: str,
+    target: str,
+    seed: int,
+    studies: dict[str, optuna.Study],
+    retimed: dict[str, dict] | None = None,
 ) -> tuple[list[dict], list[dict]]:
+    """The CSV rows of one pair and seed, a row per mode, and their curves; with `retimed`
+    (`retime_pair`, default None: not re-timed) the re-timed winners beside the values found
+    while tuning."""
+    retimed = retimed or {}
+    vendor = retimed.get("vendor", {}).get(0)
     curves = {m: best_so_far(s, pair=pair, mode=m, seed=seed) for m, s in studies.items()}
     cold_best = curves["cold"][-1]["best_gflops"]
     rows = []
     for mode, curve in curves.items():
         attrs = studies[mode].user_attrs
-        row = {"pair": pair, "target": target, "mode": mode, "seed": seed}
+        row = {"pair": pair, "kind": KINDS[pair], "target": target, "mode": mode, "seed": seed}
         for n in CHECKPOINTS:
             row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1) if n <= len(curve) else ""
+        for n in CHECKPOINTS:
+            found = retimed.get(mode, {}).get(n)
+            row[f"retimed@{n}"] = round(found, 1) if found and n <= len(curve) else ""
+        row["retimed_vendor"] = round(vendor, 1) if vendor else ""
         bests = [c["best_gflops"] for c in curve]
         row["trials_to_90pct_cold"] = first_trial(bests, 0.9 * cold_best)
         row["enqueued"] = attrs.get("bench:enqueued", "")
@@ -279,92 +361,6 @@ def summarize(
         row["cache_misses"] = attrs.get(MISSES_ATTR, "")
         rows.append(row)
     return rows, [c for curve in curves.values() for c in curve]
-
-
-def report(out: str, trials: int = TRIALS) -> None:
-    """``transfer_summary.md`` and ``transfer.png`` from the CSVs in `out` (studies of
-    `trials` trials)."""
-
-    def _trials(value: str) -> int:  # an unreached level counts as one past the budget
-        return int(value) if value else trials + 1
-
-    rows = read_csv(os.path.join(out, "transfer.csv"))
-    models = list(dict.fromkeys(r.get("cost_model", "") for r in rows))
-    model_col = models != [""]  # rows of one run over several cost models
-    checkpoints = [n for n in CHECKPOINTS if n <= trials]
-    bests = " | ".join(f"@{n}" for n in checkpoints).replace("@", "best @", 1)
-    lines = [
-        "| pair |" + (" cost model |" if model_col else "") + f" mode | {bests} (GFLOP/s) "
-        "| trials to 90 % of cold best | cold ÷ this (×) |",
-        "|---|" + ("---|" if model_col else "") + "---|" * (len(checkpoints) + 3),
-    ]
-    for pair in dict.fromkeys(r["pair"] for r in rows):
-        for model in models:
-            ours = [r for r in rows if r["pair"] == pair and r.get("cost_model", "") == model]
-            colds = {r["seed"]: r for r in ours if r["mode"] == "cold"}
-            for mode in MODES:
-                these = [r for r in ours if r["mode"] == mode]
-                if not these:
-                    continue
-                speedups = [
-                    _trials(colds[r["seed"]]["trials_to_90pct_cold"])
-                    / _trials(r["trials_to_90pct_cold"])
-                    for r in these
-                ]
-                med = [
-                    f"{statistics.median(float(r[f'best@{n}']) for r in these):.0f}"
-                    if all(r.get(f"best@{n}") for r in these)
-                    else "–"
-                    for n in checkpoints
-                ]
-                needed = statistics.median(_trials(r["trials_to_90pct_cold"]) for r in these)
-                shown = f">{trials}" if needed > trials else f"{needed:g}"
-                lines.append(
-                    f"| {pair} |"
-                    + (f" {model} |" if model_col else "")
-                    + f" {mode} | "
-                    + " | ".join(med)
-                    + f" | {shown} | {statistics.median(speedups):.2f} |"
-                )
-    seeds = sorted({r["seed"] for r in rows})
-    lines.append("")
-    lines.append(
-        f"Medians over seeds {', '.join(seeds)}. A level not reached within {trials} trials "
-        f"counts as {trials + 1}, so a speed-up against it is a lower bound."
-    )
-    with open(os.path.join(out, "transfer_summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    _plot(out)
-
-
-def _plot(out: str) -> None:
-    plt = pyplot()
-    if plt is None:
-        return
-    curves = read_csv(os.path.join(out, "transfer_curves.csv"))
-    targets = {r["pair"]: r["target"] for r in read_csv(os.path.join(out, "transfer.csv"))}
-    pairs = list(targets)
-    fig, axes = plt.subplots(2, (len(pairs) + 1) // 2, figsize=(4.2 * ((len(pairs) + 1) // 2), 7))
-    series = dict.fromkeys((c.get("cost_model", ""), c["mode"]) for c in curves)
-    for ax, pair in zip(axes.flat, pairs, strict=False):
-        for model, mode in series:
-            by_seed: dict[str, list[float]] = {}
-            for c in curves:
-                if (c["pair"], c.get("cost_model", ""), c["mode"]) == (pair, model, mode):
-                    by_seed.setdefault(c["seed"], []).append(float(c["best_gflops"]))
-            if not by_seed:
-                continue
-            n = min(len(v) for v in by_seed.values())
-            x = list(range(1, n + 1))
-            label = f"{model} {mode}".strip()
-            draw_band(ax, x, [[v[i] for v in by_seed.values()] for i in range(n)], label, 0.15)
-        ax.set_title(f"{pair} (target {targets[pair]})", fontsize=9)
-        ax.set_xlabel("trials")
-        ax.set_ylabel("best GFLOP/s")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "transfer.png"), dpi=110)
 
 
 if __name__ == "__main__":

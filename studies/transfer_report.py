@@ -1,0 +1,360 @@
+"""``transfer_summary.md`` and ``transfer.png`` from the rows ``transfer.py`` wrote
+(``transfer.csv``, one row per pair, mode and seed; ``transfer_curves.csv``, the best so far
+per trial): medians found while tuning, medians of the re-timed winners, the pooled ratio of
+each warm mode to the cold study of the same seed with its bootstrap interval, trials to 90 %
+of the best known kernel, and issue 20's goals.
+
+    python studies/transfer_report.py --out studies/results/transfer
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+
+from efficiency_goals import MET, NOT_MEASURED, NOT_MET, geomean_interval
+from results_io import draw_band, pyplot, read_csv
+
+#: Checkpoints the goals ask for (those within the studies' trials are reported).
+CHECKPOINTS = (16, 32, 64, 128)
+#: Trials to 90 % of the best known: how many times fewer than cold a warm study must need.
+SPEEDUP_GOALS = {"shapes": 3.0, "operators": 1.5}
+
+
+def report(out: str, trials: int) -> None:
+    """Write ``transfer_summary.md`` and ``transfer.png`` in `out` from the CSVs there, for
+    studies of `trials` trials (an unreached level counts as ``trials + 1``)."""
+    rows = read_csv(os.path.join(out, "transfer.csv"))
+    curves = read_csv(os.path.join(out, "transfer_curves.csv"))
+    sections = [tuning_table(rows, trials)]
+    if any(r.get(f"retimed@{trials}") for r in rows):
+        sections += [retimed_table(rows, trials), ratio_table(rows, trials)]
+    if curves and rows[0].get("kind"):
+        known = trials_to_known(rows, curves, trials)
+        sections += [known_table(rows, known, trials), goals_table(rows, known, trials)]
+    text = "\n\n".join(sections) + "\n"
+    with open(os.path.join(out, "transfer_summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+    _plot(out)
+
+
+def _trials(value: str, trials: int) -> int:
+    """A trial count from the CSV; an unreached level ('') counts as one past the budget."""
+    return int(value) if value else trials + 1
+
+
+def _shown(n: float, trials: int) -> str:
+    return f">{trials}" if n > trials else f"{n:g}"
+
+
+def _groups(rows: list[dict]) -> list[tuple[str, str, list[dict]]]:
+    """(pair, cost model, its rows) in the order the rows came."""
+    keys = dict.fromkeys((r["pair"], r.get("cost_model", "")) for r in rows)
+    return [
+        (pair, model, [r for r in rows if r["pair"] == pair and r.get("cost_model", "") == model])
+        for pair, model in keys
+    ]
+
+
+def _label(pair: str, model: str, model_col: bool) -> str:
+    return f"| {pair} |" + (f" {model} |" if model_col else "")
+
+
+def tuning_table(rows: list[dict], trials: int) -> str:
+    """Median best found while tuning at each checkpoint, and trials to 90 % of the same
+    seed's cold best (cold ÷ this: how many times fewer)."""
+    model_col = any(r.get("cost_model") for r in rows)
+    checkpoints = [n for n in CHECKPOINTS if n <= trials]
+    bests = " | ".join(f"@{n}" for n in checkpoints).replace("@", "best @", 1)
+    lines = [
+        "| pair |" + (" cost model |" if model_col else "") + f" mode | {bests} (GFLOP/s) "
+        "| trials to 90 % of cold best | cold ÷ this (×) |",
+        "|---|" + ("---|" if model_col else "") + "---|" * (len(checkpoints) + 3),
+    ]
+    for pair, model, ours in _groups(rows):
+        colds = {r["seed"]: r for r in ours if r["mode"] == "cold"}
+        for mode in dict.fromkeys(r["mode"] for r in ours):
+            these = [r for r in ours if r["mode"] == mode]
+            speedups = [
+                _trials(colds[r["seed"]]["trials_to_90pct_cold"], trials)
+                / _trials(r["trials_to_90pct_cold"], trials)
+                for r in these
+            ]
+            med = [
+                f"{statistics.median(float(r[f'best@{n}']) for r in these):.0f}"
+                if all(r.get(f"best@{n}") for r in these)
+                else "–"
+                for n in checkpoints
+            ]
+            needed = statistics.median(_trials(r["trials_to_90pct_cold"], trials) for r in these)
+            lines.append(
+                _label(pair, model, model_col)
+                + f" {mode} | "
+                + " | ".join(med)
+                + f" | {_shown(needed, trials)} | {statistics.median(speedups):.2f} |"
+            )
+    seeds = sorted({r["seed"] for r in rows})
+    lines.append("")
+    lines.append(
+        f"Found while tuning; medians over seeds {', '.join(seeds)}. A level not reached within "
+        f"{trials} trials counts as {trials + 1}, so a speed-up against it is a lower bound."
+    )
+    return "\n".join(lines)
+
+
+def retimed_table(rows: list[dict], trials: int) -> str:
+    """Median (and every seed's) re-timed winner at each checkpoint, and the vendor's."""
+    model_col = any(r.get("cost_model") for r in rows)
+    checkpoints = [n for n in CHECKPOINTS if n <= trials]
+    head = " | ".join(f"re-timed @{n} (per seed)" for n in checkpoints)
+    lines = [
+        "| pair |" + (" cost model |" if model_col else "") + f" mode | {head} | vendor |",
+        "|---|" + ("---|" if model_col else "") + "---|" * (len(checkpoints) + 2),
+    ]
+    for pair, model, ours in _groups(rows):
+        for mode in dict.fromkeys(r["mode"] for r in ours):
+            these = sorted((r for r in ours if r["mode"] == mode), key=lambda r: int(r["seed"]))
+            cells = []
+            for n in checkpoints:
+                values = [float(r[f"retimed@{n}"]) for r in these if r.get(f"retimed@{n}")]
+                seeds = "/".join(f"{v:.0f}" for v in values)
+                cells.append(f"{statistics.median(values):.0f} ({seeds})" if values else "–")
+            vendors = [float(r["retimed_vendor"]) for r in these if r.get("retimed_vendor")]
+            vendor = f"{statistics.median(vendors):.0f}" if vendors else "–"
+            lines.append(
+                _label(pair, model, model_col) + f" {mode} | {' | '.join(cells)} | {vendor} |"
+            )
+    lines.append("")
+    lines.append(
+        "GFLOP/s of each study's best among its first n trials, re-timed after tuning "
+        "interleaved with the pair's other modes and the vendor library (median of the rounds)."
+    )
+    return "\n".join(lines)
+
+
+def pooled(rows: list[dict], mode: str, n: int) -> dict[str, float] | None:
+    """`geomean_interval` of `mode` ÷ cold, re-timed at `n` trials, over the seed pairs of
+    `rows` (same pair, cost model and seed)."""
+    colds = {
+        (r["pair"], r.get("cost_model", ""), r["seed"]): r for r in rows if r["mode"] == "cold"
+    }
+    logs = []
+    for row in rows:
+        cold = colds.get((row["pair"], row.get("cost_model", ""), row["seed"]))
+        if row["mode"] == mode and cold and row.get(f"retimed@{n}") and cold.get(f"retimed@{n}"):
+            logs.append(math.log(float(row[f"retimed@{n}"]) / float(cold[f"retimed@{n}"])))
+    return geomean_interval(logs)
+
+
+def _cell(found: dict[str, float] | None) -> str:
+    return (
+        "–"
+        if found is None
+        else f"{found['geomean']:.2f} [{found['low']:.2f}, {found['high']:.2f}]"
+    )
+
+
+def ratio_table(rows: list[dict], trials: int) -> str:
+    """Each warm mode ÷ cold (re-timed), pooled per pair, per kind of pair and over all."""
+    checkpoints = [n for n in CHECKPOINTS if n <= trials]
+    modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "cold"]
+    models = list(dict.fromkeys(r.get("cost_model", "") for r in rows))
+    head = [
+        "cost model",
+        "mode",
+        "pairs of",
+        "seed pairs",
+        *(f"÷ cold @{n} [95 %]" for n in checkpoints),
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model in models:
+        mine = [r for r in rows if r.get("cost_model", "") == model]
+        scopes = [
+            (p, [r for r in mine if r["pair"] == p]) for p in dict.fromkeys(r["pair"] for r in mine)
+        ]
+        kinds = dict.fromkeys(r.get("kind", "") for r in mine)
+        scopes += [(f"all {k}", [r for r in mine if r.get("kind", "") == k]) for k in kinds if k]
+        scopes.append(("all", mine))
+        for mode in modes:
+            for scope, these in scopes:
+                found = [pooled(these, mode, n) for n in checkpoints]
+                count = max((f["pairs"] for f in found if f), default=0)
+                if count:
+                    cells = [
+                        model or "xgb",
+                        mode,
+                        scope,
+                        f"{count:.0f}",
+                        *(_cell(f) for f in found),
+                    ]
+                    lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "Geometric mean of the re-timed winner of each mode ÷ the cold study's (same pair, cost "
+        "model and seed), with the 2.5-97.5 % percentiles of bootstrap resamples of the pairs."
+    )
+    return "\n".join(lines)
+
+
+def trials_to_known(rows: list[dict], curves: list[dict], trials: int) -> dict[tuple, int]:
+    """Per study (pair, cost model, mode, seed): the first trial whose best so far reaches 90 %
+    of the best known for its target (the best any study of that target found), else
+    ``trials + 1``."""
+    targets = {r["pair"]: r["target"] for r in rows}
+    known: dict[str, float] = {}
+    series: dict[tuple, list[float]] = {}
+    for c in curves:
+        key = (c["pair"], c.get("cost_model", ""), c["mode"], c["seed"])
+        series.setdefault(key, []).append(float(c["best_gflops"]))
+        target = targets[c["pair"]]
+        known[target] = max(known.get(target, 0.0), float(c["best_gflops"]))
+    return {
+        key: next(
+            (i + 1 for i, v in enumerate(values) if v >= 0.9 * known[targets[key[0]]]), trials + 1
+        )
+        for key, values in series.items()
+    }
+
+
+def known_table(rows: list[dict], known: dict[tuple, int], trials: int) -> str:
+    """Median trials to 90 % of the best known per kind of pair: cold, each warm mode, and
+    how many times fewer the warm mode needed."""
+    kinds = {r["pair"]: r.get("kind", "") for r in rows}
+    modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "cold"]
+    lines = [
+        "| cost model | pairs of | mode | studies | median trials (per study) | cold ÷ this (×) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model in dict.fromkeys(k[1] for k in known):
+        for kind in dict.fromkeys(kinds.values()):
+            cold = _median_trials(known, kinds, model, kind, "cold")
+            if cold is None:
+                continue
+            shown = f"{_shown(cold[0], trials)} ({cold[2]})"
+            lines.append(f"| {model or 'xgb'} | {kind} | cold | {cold[1]} | {shown} | 1.00 |")
+            for mode in modes:
+                found = _median_trials(known, kinds, model, kind, mode)
+                if found:
+                    lines.append(
+                        f"| {model or 'xgb'} | {kind} | {mode} | {found[1]} | "
+                        f"{_shown(found[0], trials)} ({found[2]}) | {cold[0] / found[0]:.2f} |"
+                    )
+    lines.append("")
+    lines.append(
+        "Trials until the best so far reached 90 % of the best any study of the target found "
+        f"(while tuning); one that never did counts as {trials + 1}, so ratios against it are "
+        "bounds."
+    )
+    return "\n".join(lines)
+
+
+def _median_trials(
+    known: dict[tuple, int], kinds: dict[str, str], model: str, kind: str, mode: str
+) -> tuple[float, int, str] | None:
+    values = [
+        n
+        for (pair, m, md, _), n in known.items()
+        if m == model and md == mode and kinds[pair] == kind
+    ]
+    if not values:
+        return None
+    return statistics.median(values), len(values), "/".join(str(v) for v in values)
+
+
+def goals_table(rows: list[dict], known: dict[tuple, int], trials: int) -> str:
+    """Issue 20's goals, met or not, with their numbers."""
+    lines = ["| goal (issue 20) | verdict | numbers |", "|---|---|---|"]
+    checkpoints = [n for n in CHECKPOINTS if n <= trials]
+    losses, compared = [], 0
+    for pair, model, ours in _groups(rows):
+        for n in checkpoints:
+            cold = [
+                float(r[f"retimed@{n}"])
+                for r in ours
+                if r["mode"] == "cold" and r.get(f"retimed@{n}")
+            ]
+            warm = [
+                float(r[f"retimed@{n}"])
+                for r in ours
+                if r["mode"] == "warm" and r.get(f"retimed@{n}")
+            ]
+            if cold and warm:
+                compared += 1
+                a, b = statistics.median(warm), statistics.median(cold)
+                if a < b:
+                    losses.append(f"{pair}{' ' + model if model else ''} @{n} {a:.0f} < {b:.0f}")
+    missing = [n for n in (16, 32, 64, 128) if n > trials]
+    verdict = NOT_MEASURED if not compared else (MET if not losses and not missing else NOT_MET)
+    numbers = f"{compared - len(losses)} of {compared} (pair, checkpoint) medians held"
+    if losses:
+        numbers += "; behind: " + ", ".join(losses)
+    if missing:
+        numbers += f"; {', '.join(map(str, missing))} trials not run"
+    name = "Warm ≥ cold, median re-timed, every pair at 16/32/64/128 trials"
+    lines.append(f"| {name} | {verdict} | {numbers} |")
+    kinds = {r["pair"]: r.get("kind", "") for r in rows}
+    for kind, goal in SPEEDUP_GOALS.items():
+        for model in dict.fromkeys(k[1] for k in known):
+            cold_trials = _median_trials(known, kinds, model, kind, "cold")
+            warm_trials = _median_trials(known, kinds, model, kind, "warm")
+            name = (
+                f"Trials to 90 % of best known ≥ {goal:g}x fewer than cold across {kind} "
+                f"({model or 'xgb'})"
+            )
+            if not (cold_trials and warm_trials):
+                lines.append(f"| {name} | {NOT_MEASURED} | no pair of this kind in the run |")
+                continue
+            ratio = cold_trials[0] / warm_trials[0]
+            verdict = MET if ratio >= goal else NOT_MET
+            warm_shown, cold_shown = _shown(warm_trials[0], trials), _shown(cold_trials[0], trials)
+            lines.append(
+                f"| {name} | {verdict} | {ratio:.2f}x: median {warm_shown} warm against {cold_shown} cold "
+                f"({warm_trials[1]} studies) |"
+            )
+    return "\n".join(lines)
+
+
+def _plot(out: str) -> None:
+    plt = pyplot()
+    if plt is None:
+        return
+    curves = read_csv(os.path.join(out, "transfer_curves.csv"))
+    targets = {r["pair"]: r["target"] for r in read_csv(os.path.join(out, "transfer.csv"))}
+    pairs = list(targets)
+    fig, axes = plt.subplots(2, (len(pairs) + 1) // 2, figsize=(4.2 * ((len(pairs) + 1) // 2), 7))
+    series = dict.fromkeys((c.get("cost_model", ""), c["mode"]) for c in curves)
+    for ax, pair in zip(axes.flat, pairs, strict=False):
+        for model, mode in series:
+            by_seed: dict[str, list[float]] = {}
+            for c in curves:
+                if (c["pair"], c.get("cost_model", ""), c["mode"]) == (pair, model, mode):
+                    by_seed.setdefault(c["seed"], []).append(float(c["best_gflops"]))
+            if not by_seed:
+                continue
+            n = min(len(v) for v in by_seed.values())
+            x = list(range(1, n + 1))
+            label = f"{model} {mode}".strip()
+            draw_band(ax, x, [[v[i] for v in by_seed.values()] for i in range(n)], label, 0.15)
+        ax.set_title(f"{pair} (target {targets[pair]})", fontsize=9)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOP/s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "transfer.png"), dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the folder with transfer.csv")
+    parser.add_argument("--trials", type=int, default=64, help="trials per study (default 64)")
+    args = parser.parse_args()
+    if not os.path.isfile(os.path.join(args.out, "transfer.csv")):
+        parser.error(f"{args.out} holds no transfer.csv")
+    report(args.out, args.trials)
+
+
+if __name__ == "__main__":
+    main()
