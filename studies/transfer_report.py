@@ -309,10 +309,10 @@ def goals_table(rows: list[dict], known: dict[tuple, int], trials: int) -> str:
                 continue
             ratio = cold_trials[0] / warm_trials[0]
             verdict = MET if ratio >= goal else NOT_MET
-            warm_shown, cold_shown = _shown(warm_trials[0], trials), _shown(cold_trials[0], trials)
             lines.append(
-                f"| {name} | {verdict} | {ratio:.2f}x: median {warm_shown} warm against {cold_shown} cold "
-                f"({warm_trials[1]} studies) |"
+                f"| {name} | {verdict} | {ratio:.2f}x: median "
+                f"{_shown(warm_trials[0], trials)} warm against "
+                f"{_shown(cold_trials[0], trials)} cold ({warm_trials[1]} studies) |"
             )
     return "\n".join(lines)
 
