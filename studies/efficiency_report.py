@@ -1,12 +1,14 @@
 """Plots and the summary of `sample_efficiency`, from its rows and curves.
 
-The summary (``sample_efficiency_summary.md``) has four parts:
+The summary (``sample_efficiency_summary.md``) has these parts:
 
 - per workload and tuner: bests over the vendor at the checkpoints, trials to 90 % of the best
   known kernel, the re-timed winners (median and every seed) and over the vendor;
 - the pooled geometric mean of ours ÷ TPE over seed pairs, with a bootstrap 95 % interval;
 - per tuner, the pooled median of the trials to 90 % of the best known kernel;
-- issue 19's goals that these rows can answer, each met / not met / not measured here.
+- issue 19's goals that these rows can answer, each met / not met / not measured here;
+- where ``costmodel-ms`` and ``metaschedule`` both ran, the two searches over MetaSchedule's
+  design space pooled, and issue 21's goals (``same_space.py``).
 
 Ratios to the vendor divide by the vendor re-timed interleaved with the winners of the same
 workload and seed (``remeasured_vendor``); studies from before it was stored fall back to the
@@ -46,6 +48,7 @@ from efficiency_goals import (
     vendor_of,
 )
 from results_io import draw_band, pyplot, read_csv, write_csv
+from same_space import same_space_section
 
 RATIO_AT = (64, 128, 256)
 #: Trials to a level: a level as a fraction of the workload's best known kernel (`KNOWN`).
@@ -75,6 +78,9 @@ def report(rows: list[dict], curves: list[dict], out: str, overhead: Sequence[di
         # Each variant of the ablation against the default, on the seeds both ran.
         parts += [pooled_table(reference, ours=v, peer=OURS) for v in variants
                   if any(r["tuner"] == v for r in reference)]  # fmt: skip
+        same_space = same_space_section(reference)
+        if same_space:
+            parts.append(same_space)
     if unseen:
         parts.append("Shapes the defaults were not chosen on:\n\n" + pooled_table(unseen))
     parts.append(goals_section(reference, unseen, overhead))

@@ -256,6 +256,43 @@ def test_efficiency_report_pools_each_variant_against_the_default(tmp_path):
     assert "| costmodel-x ÷ costmodel @64 (re-timed) [95 %] |" in summary
 
 
+def test_same_space_pools_our_search_against_metaschedules_and_judges_issue_21(tmp_path):
+    """costmodel-ms against metaschedule in one space: pooled per workload, the goals name the
+    workload and budget it fell behind at, the slower workloads, and the space's ceiling."""
+    same_space = studies_module("same_space")
+    report = studies_module("efficiency_report")
+    rows = synthetic_rows({"a": [2.0, 1.5], "b": [1.0, 1.2]}, trials=128)
+    for row in rows:
+        row["best@128"] = row["remeasured"]
+    # In the space: ours at 120 on a, 80 on b (seed by seed), MetaSchedule at 100, 3x slower.
+    for label, value in (("a", 120.0), ("b", 80.0)):
+        for seed in (0, 1):
+            base = next(r for r in rows if (r["workload"], r["seed"]) == (label, seed))
+            for tuner, found, wall in (
+                ("costmodel-ms", value, 50.0),
+                ("metaschedule", 100.0, 150.0),
+            ):
+                row = {**base, "tuner": tuner, "wall_s": wall}
+                row.update({f"best@{n}": found for n in (16, 32, 64, 128)}, remeasured=found)
+                rows = [
+                    r
+                    for r in rows
+                    if (r["workload"], r["tuner"], r["seed"]) != (label, tuner, seed)
+                ]
+                rows.append(row)
+    verdicts = same_space.same_space_goals(rows)
+    assert verdicts[0][1] == "not met"
+    assert verdicts[0][2] == ("3 of 6 held (GFLOP/s, re-timed where re-timed); behind: b @32 80 < "
+                              "100, b @64 80 < 100, b @128 80 < 100")  # fmt: skip
+    assert verdicts[1][1] == "met" and verdicts[1][2].startswith("a 50 vs 150 s, b 50 vs 150 s")
+    # The space's best against the templates' (costmodel at 200 on a seed 0) and the vendor.
+    assert verdicts[2][2].startswith("a 120 / templates 200 / vendor 100; b 100 / templates 120")
+    report.report(rows, [], str(tmp_path))
+    summary = (tmp_path / "sample_efficiency_summary.md").read_text()
+    assert "| costmodel-ms ÷ metaschedule @128 (re-timed) [95 %] |" in summary
+    assert "| goal (issue 21) | verdict | numbers |" in summary
+
+
 def test_efficiency_trials_to_the_best_known():
     report = studies_module("efficiency_report")
     rows = [{"workload": "w", "tuner": t, "seed": s, "trials": 4}
