@@ -167,6 +167,8 @@ def run_target(
     name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
     if cost_model != "xgb":
         name = f"{cost_model}:{name}"
+    if trials != TRIALS:  # a finished study of another length is not this one
+        name += f"/n{trials}"
     study = finished(storage, name)
     if study is not None:
         return study
