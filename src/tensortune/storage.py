@@ -2,7 +2,8 @@
 
 A study records what it tunes in its user attrs, so that a resumed or exported study rebuilds
 exactly the same program: ``workload`` (key), ``workload_name``, ``shape``, ``target``,
-``flop_count`` and, once measured, ``vendor_library`` / ``vendor_seconds`` / ``vendor_gflops``.
+``flop_count``, ``workload_script`` for a workload given as TVMScript and, once measured,
+``vendor_library`` / ``vendor_seconds`` / ``vendor_gflops``.
 
 Workers that tune one study keep their running trials alive with Optuna's heartbeat
 (`TrialHeartbeats`); a trial whose worker was killed stops beating and is failed as stale by
@@ -32,6 +33,7 @@ from tensortune.errors import TensortuneError
 from tensortune.trial_records import mark_stale
 from tensortune.workloads import Workload, get_workload, workload_names
 from tensortune.workloads._registry import import_module
+from tensortune.workloads.script import register_script, script_of
 
 #: Where studies go unless the user says otherwise: a SQLite file in the working directory.
 DEFAULT_STORAGE = "sqlite:///tensortune.db"
@@ -324,6 +326,8 @@ def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
 def study_workload(study: optuna.Study) -> Workload:
     """The workload a tensortune study tunes (it must be registered in this process)."""
     attrs = study.user_attrs
+    if attrs["workload_name"] not in workload_names() and attrs.get("workload_script"):
+        register_script(attrs["workload_name"], attrs["workload_script"])
     if attrs["workload_name"] not in workload_names() and attrs.get("workload_module"):
         import_module(attrs["workload_module"])  # it registers the workload
     return get_workload(attrs["workload_name"], **attrs["shape"])
@@ -423,6 +427,9 @@ def create_study(
     }
     if workload.definition.module:
         attrs["workload_module"] = workload.definition.module
+    script = script_of(workload.definition)
+    if script is not None:  # another process registers it from this text
+        attrs["workload_script"] = script
     if vendor is not None:
         library, seconds = vendor
         attrs |= {

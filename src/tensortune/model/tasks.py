@@ -1,0 +1,94 @@
+"""A model's tuning tasks: its fused TIR functions, how often each runs, and each as a workload.
+
+The Relax module is legalized and fused by the passes that `build` applies before it looks
+kernels up in the database (TVM's ``compile_relax`` order: library dispatch, ``LegalizeOps``,
+``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``), so that a task's
+function is structurally the one the build asks for. Tasks are named by the structural hash of
+that function: the same kernel in another model, or in an earlier run, is the same task and
+the same study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from tensortune.errors import TensortuneError
+from tensortune.workloads.script import register_script
+
+if TYPE_CHECKING:
+    from tensortune.workloads import Workload
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelTask:
+    """One fused TIR function of a model.
+
+    Attributes:
+        name: TVM's name of the fused function, e.g. ``fused_conv2d_add_relu``.
+        key: Hex structural hash of the function: the task's identity across models and runs.
+        weight: How many times one run of the model calls it.
+        script: Its TVMScript, from which every process rebuilds it.
+    """
+
+    name: str
+    key: str
+    weight: int
+    script: str
+
+    @property
+    def workload_name(self) -> str:
+        """The name its workload is registered under: ``task_<key>``."""
+        return f"task_{self.key}"
+
+    def workload(self) -> Workload:
+        """The task as a workload (registered on first use; see
+        `tensortune.workloads.script.register_script`)."""
+        from tensortune.workloads import get_workload
+
+        register_script(self.workload_name, self.script)
+        return get_workload(self.workload_name)
+
+
+def fusion_passes(target: Any) -> list[Any]:
+    """The passes from a Relax model to the fused TIR functions the database keys on."""
+    from tvm import relax
+    from tvm.relax import pipeline
+
+    try:
+        dispatch = list(pipeline.library_dispatch_passes(target))
+    except (ValueError, AttributeError):  # a target kind without a dispatch list
+        dispatch = []
+    return [
+        *dispatch,
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+
+
+def extract_tasks(mod: Any, target: Any) -> list[ModelTask]:
+    """The tuning tasks of Relax module `mod` on TVM target `target`, heaviest first (by
+    weight, then name); `TensortuneError` with one line where TVM cannot legalize or fuse it."""
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        with target:
+            fused = tvm.transform.Sequential(fusion_passes(target))(mod)
+        extracted = ms.relax_integration.extract_tasks(fused, target)
+    except Exception as err:
+        lines = [line for line in str(err).strip().splitlines() if line.strip()]
+        raise TensortuneError(
+            f"TVM cannot lower the model for {target.kind.name}: "
+            f"{lines[-1] if lines else type(err).__name__}"
+        ) from None
+    tasks = []
+    for task in extracted:
+        func = task.dispatched[0]["main"]
+        key = f"{tvm_ffi.structural_hash(func) & (2**64 - 1):016x}"
+        tasks.append(ModelTask(str(task.task_name), key, int(task.weight), func.script()))
+    return sorted(tasks, key=lambda t: (-t.weight, t.name))

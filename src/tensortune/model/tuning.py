@@ -1,0 +1,164 @@
+"""Tune a whole model: its tasks under one trial budget, one Optuna study per task.
+
+Each task is tuned in MetaSchedule's design space of its fused TIR function
+(``space="metaschedule"``) through `tensortune.tune`, batch by batch, in the study named after
+the task's function (`tensortune.tuning.default_study_name` of its workload): a task met
+before, in this model or another, resumes its study. The budget counts every finished trial
+of the model's task studies, so running the same call again after a kill goes on where it
+stopped, and measures nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from tensortune.errors import TensortuneError
+from tensortune.model.frontend import ModelProgram
+from tensortune.model.scheduler import TaskState, model_seconds, next_task
+from tensortune.model.tasks import ModelTask, extract_tasks
+
+#: Trials a task gets at a time (and first of all): one batch of `tensortune.tune`.
+BATCH = 8
+
+
+@dataclasses.dataclass
+class ModelTuning:
+    """Where a model's tuning stands.
+
+    Attributes:
+        program: The model.
+        target: The target dict.
+        tasks: Its tasks, heaviest first.
+        studies: Per task, its study (None for a task whose space has no knobs, or not begun).
+    """
+
+    program: ModelProgram
+    target: dict[str, Any]
+    tasks: list[ModelTask]
+    studies: list[optuna.Study | None]
+
+    def states(self) -> list[TaskState]:
+        """The scheduler's view of the tunable tasks (those with a study)."""
+        return [
+            task_state(task, study)
+            for task, study in zip(self.tasks, self.studies, strict=True)
+            if study is not None
+        ]
+
+    def estimate_s(self) -> float:
+        """The model's seconds as its tuned tasks' best kernels add up (`model_seconds`)."""
+        return model_seconds(self.states())
+
+
+def task_state(task: ModelTask, study: optuna.Study | None) -> TaskState:
+    """The best seconds after each finished trial of `study` (failed trials repeat the best;
+    none for a study not begun, None)."""
+    best, bests = math.inf, []
+    if study is None:
+        return TaskState(task.weight, ())
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    for trial in study.get_trials(deepcopy=False, states=finished):
+        seconds = trial.user_attrs.get("cost_s")
+        if trial.state == optuna.trial.TrialState.COMPLETE and seconds:
+            best = min(best, float(seconds))
+        bests.append(best)
+    return TaskState(task.weight, tuple(bests))
+
+
+def tune_model(
+    program: ModelProgram,
+    total_trials: int,
+    target: str | dict[str, Any] = "llvm",
+    *,
+    storage: str | None = None,
+    sampler: str = "costmodel",
+    seed: int | None = 0,
+    batch_size: int = BATCH,
+    progress: Callable[[str], None] | None = None,
+) -> ModelTuning:
+    """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
+    all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
+
+    Args:
+        program: From `tensortune.model.load_onnx` or `tensortune.model.from_torch`.
+        total_trials: The model's budget, counting trials of earlier runs (positive).
+        target: As for `tensortune.tune`. Default ``"llvm"``: this machine.
+        storage: Optuna storage URL of the task studies. Default None: ``tensortune.db`` in
+            the working folder, as `tensortune.tune`.
+        sampler: A name from `tensortune.tuning.SAMPLERS`. Default ``"costmodel"``.
+        seed: Seed of each task's sampler. Default 0.
+        batch_size: Trials a task gets at a time. Default `BATCH`.
+        progress: Called with a line after each batch. Default None: printed to stderr.
+    """
+    from tensortune.storage import open_storage
+    from tensortune.target import make_target, target_spec
+    from tensortune.tuning import default_study_name, tune
+
+    if total_trials < 1:
+        raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
+    if batch_size < 1:
+        raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
+    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    spec = target_spec(target)
+    tasks = extract_tasks(program.mod, make_target(spec))
+    if not tasks:
+        raise TensortuneError(f"{program.name} has no kernel to tune")
+    db = open_storage(storage)
+    names = [f"{default_study_name(t.workload(), spec)}@metaschedule" for t in tasks]
+    tunable = [_has_knobs(t, spec) for t in tasks]
+    studies: list[optuna.Study | None] = [
+        _load(db, name) if knobs else None for name, knobs in zip(names, tunable, strict=True)
+    ]
+    tuning = ModelTuning(program, spec, tasks, studies)
+    say(
+        f"{program.name}: {len(tasks)} tasks, {sum(tunable)} with a design space to search; "
+        f"{total_trials} trials in all"
+    )
+    while True:
+        indices = [i for i, knobs in enumerate(tunable) if knobs]
+        states = [task_state(tasks[i], studies[i]) for i in indices]
+        done = sum(s.trials for s in states)
+        if done >= total_trials or not indices:
+            break
+        pick = indices[next_task(states, batch_size)]
+        task = tasks[pick]
+        count = min(batch_size, total_trials - done)
+        before = states[indices.index(pick)].trials
+        studies[pick] = tune(
+            task.workload(),
+            spec,
+            storage=storage,
+            study_name=names[pick],
+            sampler=sampler,
+            seed=seed,
+            batch_size=batch_size,
+            show_progress=False,
+            total_trials=before + count,
+            space="metaschedule",
+        )
+        estimate = tuning.estimate_s()
+        shown = f"{estimate * 1e3:.3f} ms" if math.isfinite(estimate) else "not yet known"
+        say(
+            f"[{done + count}/{total_trials}] {task.name} (x{task.weight}): "
+            f"best {task_state(task, studies[pick]).best * 1e6:.1f} us; model estimate {shown}"
+        )
+    return tuning
+
+
+def _has_knobs(task: ModelTask, target: dict[str, Any]) -> bool:
+    from tensortune.templates.metaschedule import MetaScheduleTemplate
+
+    return bool(MetaScheduleTemplate(task.workload(), target).knobs)
+
+
+def _load(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None

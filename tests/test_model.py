@@ -1,0 +1,141 @@
+"""Whole models: a small PyTorch network exported to ONNX inside the test (nothing downloaded),
+its tasks tuned under one budget, the database written and read back by TVM's build, and the
+built model checked against ONNX Runtime and PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+
+from tensortune.errors import TensortuneError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+from tensortune.model import (  # noqa: E402
+    build,
+    check_outputs,
+    from_torch,
+    load_onnx,
+    parse_input,
+    run,
+    tune_model,
+    write_database,
+)
+from tensortune.model.tasks import extract_tasks  # noqa: E402
+from tensortune.target import make_target, target_spec  # noqa: E402
+
+
+class SmallNet(torch.nn.Module):
+    """conv + bias + ReLU, then a linear layer: two tasks worth tuning and a reshape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+@pytest.fixture
+def onnx_file(tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "small.onnx"
+    torch.onnx.export(
+        SmallNet().eval(), (torch.randn(1, 3, 8, 8),), str(path), input_names=["x"], dynamo=False
+    )
+    return str(path)
+
+
+def test_parse_input():
+    assert parse_input("x:1x3x224x224").shape == (1, 3, 224, 224)
+    spec = parse_input("ids:1,128:int64")
+    assert (spec.name, spec.shape, spec.dtype) == ("ids", (1, 128), "int64")
+    for bad in ("x", "x:1xa", "x:1x0", "x:1x3:float7", ":1x3", "x:1:float32:more"):
+        with pytest.raises(TensortuneError):
+            parse_input(bad)
+
+
+def test_tasks_are_the_fused_functions_named_by_their_structure(onnx_file):
+    program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
+    tasks = extract_tasks(program.mod, make_target(target_spec("llvm")))
+    names = sorted(t.name for t in tasks)
+    assert any(n.startswith("fused_conv2d") for n in names)
+    assert any(n.startswith("fused_matmul") for n in names)
+    assert all(t.weight == 1 for t in tasks)
+    # The same model extracted again gives the same keys: a rerun finds the same studies.
+    again = extract_tasks(load_onnx(onnx_file, [parse_input("x:1x3x8x8")]).mod,
+                          make_target(target_spec("llvm")))  # fmt: skip
+    assert [t.key for t in tasks] == [t.key for t in again]
+    # Each task's workload is its function, read back from the script.
+    import tvm_ffi
+    from tvm import s_tir
+
+    for task in tasks:
+        func = task.workload().prim_func()
+        assert tvm_ffi.structural_equal(func, s_tir.Schedule(func).mod["main"])
+
+
+@pytest.mark.slow
+def test_a_tuned_model_is_built_with_its_kernels_and_computes_what_onnxruntime_does(
+    onnx_file, tmp_path
+):
+    pytest.importorskip("onnxruntime")
+    program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
+    storage = f"sqlite:///{tmp_path / 'model.db'}"
+    lines: list[str] = []
+    tuning = tune_model(program, 12, storage=storage, batch_size=4, progress=lines.append)
+    tuned = [s for s in tuning.studies if s is not None]
+    assert len(tuned) == 2  # the conv and the matmul; the reshape has nothing to search
+    # Every tunable task got its first batch; the budget is spent exactly.
+    finished = [len(s.get_trials(deepcopy=False)) for s in tuned]
+    assert min(finished) >= 4 and sum(finished) == 12
+    assert lines[-1].startswith("[12/12]") and "model estimate" in lines[-1]
+
+    folder = str(tmp_path / "db")
+    assert write_database(tuning.tasks, tuning.studies, tuning.target, folder) == 3
+    executable = build(program, tuning.target, folder)
+    x = program.inputs[0].random(np.random.default_rng(0))
+    expected = program.reference([x])
+    check_outputs(run(executable, [x]), expected)
+    check_outputs(run(build(program, tuning.target, None), [x]), expected)  # untuned
+
+    # The same call again measures nothing; a larger budget adds only the difference, and no
+    # task study measures a config twice.
+    again = tune_model(program, 12, storage=storage, batch_size=4, progress=lines.append)
+    assert [len(s.get_trials(deepcopy=False)) for s in again.studies if s] == finished
+    more = tune_model(program, 20, storage=storage, batch_size=4, progress=lines.append)
+    studies = [s for s in more.studies if s is not None]
+    assert sum(len(s.get_trials(deepcopy=False)) for s in studies) == 20
+    for study in studies:
+        configs = [tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False)]
+        assert len(configs) == len(set(configs))
+
+
+def test_a_torch_module_is_checked_against_its_eager_run():
+    torch.manual_seed(0)
+    program = from_torch(SmallNet(), [torch.randn(1, 3, 8, 8)])
+    x = program.inputs[0].random(np.random.default_rng(1))
+    check_outputs(run(build(program, target_spec("llvm"), None), [x]), program.reference([x]))
+
+
+def test_bad_models_and_inputs_are_one_line(onnx_file, tmp_path):
+    not_a_model = tmp_path / "notes.onnx"
+    not_a_model.write_text("hello")
+    cases = [
+        (str(tmp_path / "missing.onnx"), ["x:1x3x8x8"], "no model file"),
+        (str(not_a_model), ["x:1x3x8x8"], "is not an ONNX model"),
+        (onnx_file, [], "no shape for input 'x'"),
+        (onnx_file, ["y:1x3x8x8", "x:1x3x8x8"], "the model has no input 'y'"),
+        (onnx_file, ["x:1x3x8x9"], "dimension 3 is 8 in the model, got 9"),
+        (onnx_file, ["x:1x3x8"], "the model takes 4 dimensions, got 3"),
+        (onnx_file, ["x:1x3x8x8:int64"], "the model takes float32, got int64"),
+    ]
+    for path, inputs, message in cases:
+        with pytest.raises(TensortuneError, match=message) as raised:
+            load_onnx(path, [parse_input(i) for i in inputs])
+        assert "\n" not in str(raised.value)
+    assert not list((tmp_path).glob("*.db"))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
