@@ -139,3 +139,41 @@ def test_bad_models_and_inputs_are_one_line(onnx_file, tmp_path):
         assert "\n" not in str(raised.value)
     assert not list((tmp_path).glob("*.db"))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.mark.slow
+def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    from tensortune.cli import main
+    from tensortune.model.export import load_model
+
+    storage = f"sqlite:///{tmp_path / 'model.db'}"
+    out = tmp_path / "small-tuned"
+    common = [onnx_file, "--input", "x:1x3x8x8", "--storage", storage]
+    assert main(["tune-model", *common, "--trials", "8", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "checked   against onnxruntime-" in printed and "ms tuned" in printed
+    model = load_model(str(out))
+    x = model.inputs[0].random(np.random.default_rng(3))
+    program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
+    check_outputs(model(x), program.reference([x]))
+    with pytest.raises(TensortuneError, match="input x must be float32"):
+        model(x.astype(np.float64))
+
+    assert main(["best-model", *common]) == 0
+    printed = capsys.readouterr().out
+    assert "3 tasks" in printed and "trials, best" in printed and "estimate" in printed
+    again = tmp_path / "again"
+    assert main(["export-model", *common, "-o", str(again)]) == 0
+    assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in out.iterdir())
+    # A folder in the way, and a bad input: one line, status 2, nothing written.
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["export-model", *common, "-o", str(again)]) == 2
+    assert main(["tune-model", onnx_file, "--storage", storage, "--trials", "8",
+                 "-o", str(tmp_path / "x")]) == 2  # fmt: skip
+    assert main(["best-model", onnx_file, "--input", "x:1x3x8x8", "--storage",
+                 f"sqlite:///{tmp_path / 'none.db'}"]) == 2  # fmt: skip
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(":")[0] for line in errors] == ["tensortune"] * 3
+    assert "no shape for input 'x'" in errors[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

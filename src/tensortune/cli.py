@@ -1,4 +1,5 @@
-"""``tensortune`` command line: tune, best, export, dashboard, workloads."""
+"""``tensortune`` command line: tune, best, export, dashboard, workloads, and the whole-model
+commands of `tensortune.cli_model` (tune-model, best-model, export-model)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tensortune.cli_model import (
+    add_model_commands,
+    best_model_command,
+    export_model_command,
+    tune_model_command,
+)
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
 from tensortune.storage import DEFAULT_STORAGE
@@ -176,6 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("workloads", help="list registered workloads and shape presets")
+    add_model_commands(sub)
     return parser
 
 
@@ -320,6 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": _export,
         "dashboard": _dashboard,
         "workloads": _workloads,
+        "tune-model": tune_model_command,
+        "best-model": best_model_command,
+        "export-model": export_model_command,
     }[args.command]
     seen: list[int] = []  # SIGINTs received, also those a library turned into another error
     restore = _note_interrupts(seen)

@@ -36,12 +36,16 @@ class ModelTuning:
         target: The target dict.
         tasks: Its tasks, heaviest first.
         studies: Per task, its study (None for a task whose space has no knobs, or not begun).
+        study_names: Per task, the name of its study.
+        tunable: Per task, whether its design space has knobs to search.
     """
 
     program: ModelProgram
     target: dict[str, Any]
     tasks: list[ModelTask]
     studies: list[optuna.Study | None]
+    study_names: list[str] = dataclasses.field(default_factory=list)
+    tunable: list[bool] = dataclasses.field(default_factory=list)
 
     def states(self) -> list[TaskState]:
         """The scheduler's view of the tunable tasks (those with a study)."""
@@ -96,26 +100,21 @@ def tune_model(
         batch_size: Trials a task gets at a time. Default `BATCH`.
         progress: Called with a line after each batch. Default None: printed to stderr.
     """
-    from tensortune.storage import open_storage
-    from tensortune.target import make_target, target_spec
-    from tensortune.tuning import default_study_name, tune
+    from tensortune.tuning import tune
 
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
     if batch_size < 1:
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    spec = target_spec(target)
-    tasks = extract_tasks(program.mod, make_target(spec))
-    if not tasks:
-        raise TensortuneError(f"{program.name} has no kernel to tune")
-    db = open_storage(storage)
-    names = [f"{default_study_name(t.workload(), spec)}@metaschedule" for t in tasks]
-    tunable = [_has_knobs(t, spec) for t in tasks]
-    studies: list[optuna.Study | None] = [
-        _load(db, name) if knobs else None for name, knobs in zip(names, tunable, strict=True)
-    ]
-    tuning = ModelTuning(program, spec, tasks, studies)
+    tuning = model_tuning(program, target, storage, create=True)
+    tasks, studies, tunable, names = (
+        tuning.tasks,
+        tuning.studies,
+        tuning.tunable,
+        tuning.study_names,
+    )
+    spec = tuning.target
     say(
         f"{program.name}: {len(tasks)} tasks, {sum(tunable)} with a design space to search; "
         f"{total_trials} trials in all"
@@ -149,6 +148,37 @@ def tune_model(
             f"best {task_state(task, studies[pick]).best * 1e6:.1f} us; model estimate {shown}"
         )
     return tuning
+
+
+def model_tuning(
+    program: ModelProgram,
+    target: str | dict[str, Any] = "llvm",
+    storage: str | None = None,
+    *,
+    create: bool = False,
+) -> ModelTuning:
+    """Where the tuning of `program` stands in `storage`: its tasks and their studies, tuning
+    nothing.
+
+    Args:
+        program: The model.
+        target: As for `tune_model`. Default ``"llvm"``.
+        storage: As for `tune_model`. Default None: ``tensortune.db`` in the working folder.
+        create: Whether a missing SQLite file may be created. Default False: it is an error.
+    """
+    from tensortune.storage import open_storage
+    from tensortune.target import make_target, target_spec
+    from tensortune.tuning import default_study_name
+
+    spec = target_spec(target)
+    tasks = extract_tasks(program.mod, make_target(spec))
+    if not tasks:
+        raise TensortuneError(f"{program.name} has no kernel to tune")
+    db = open_storage(storage, must_exist=not create)
+    names = [f"{default_study_name(t.workload(), spec)}@metaschedule" for t in tasks]
+    tunable = [_has_knobs(t, spec) for t in tasks]
+    studies = [_load(db, n) if knobs else None for n, knobs in zip(names, tunable, strict=True)]
+    return ModelTuning(program, spec, tasks, studies, names, tunable)
 
 
 def _has_knobs(task: ModelTask, target: dict[str, Any]) -> bool:

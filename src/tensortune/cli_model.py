@@ -1,0 +1,111 @@
+"""The whole-model commands of the ``tensortune`` command line: ``tune-model`` (tune the model's
+tasks under one budget, then export it), ``best-model`` (where its tasks stand) and
+``export-model`` (build and export what the studies hold, tuning nothing)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from tensortune.errors import TensortuneError
+from tensortune.storage import DEFAULT_STORAGE
+from tensortune.tuning import SAMPLERS
+
+
+def add_model_commands(sub: Any) -> None:
+    """Add the three commands to the subparsers `sub` of the main parser."""
+    tune = sub.add_parser("tune-model", help="tune a whole model's kernels, then export it")
+    _model_arguments(tune)
+    tune.add_argument(
+        "--trials", type=int, required=True, help="the model's trial budget, over all its tasks"
+    )
+    tune.add_argument(
+        "--sampler", default=SAMPLERS[0], choices=SAMPLERS, help=f"default {SAMPLERS[0]}"
+    )
+    tune.add_argument("--seed", type=int, default=0, help="each task sampler's seed (default 0)")
+    tune.add_argument(
+        "-o", "--output", default=None, help="folder to export to (default: MODEL-tuned)"
+    )
+    best = sub.add_parser("best-model", help="print where a model's task studies stand")
+    _model_arguments(best)
+    export = sub.add_parser("export-model", help="build a model with its studies' best kernels")
+    _model_arguments(export)
+    export.add_argument("-o", "--output", required=True, help="folder to create")
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="an ONNX file")
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME:SHAPE[:DTYPE]",
+        help="a model input's static shape, e.g. input:1x3x224x224 (dtype default float32); "
+        "one per input",
+    )
+    parser.add_argument(
+        "--target", default="llvm", help="llvm (this machine; default) or a JSON target"
+    )
+    parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+
+
+def _program(args: argparse.Namespace) -> Any:
+    from tensortune.model import load_onnx, parse_input
+
+    return load_onnx(args.model, [parse_input(text) for text in args.input])
+
+
+def tune_model_command(args: argparse.Namespace) -> None:
+    import os
+
+    from tensortune.model import tune_model
+
+    if args.trials < 1:
+        raise TensortuneError(f"--trials must be at least 1, got {args.trials}")
+    output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
+    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+        raise TensortuneError(f"{output} already exists and is not an empty folder")
+    program = _program(args)
+    tuning = tune_model(
+        program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
+        seed=args.seed,
+    )  # fmt: skip
+    _export(tuning, output)
+
+
+def best_model_command(args: argparse.Namespace) -> None:
+    from tensortune.model.tuning import model_tuning, task_state
+
+    tuning = model_tuning(_program(args), args.target, args.storage)
+    print(f"model     {tuning.program.name}: {len(tuning.tasks)} tasks")
+    for task, study in zip(tuning.tasks, tuning.studies, strict=True):
+        if study is None:
+            print(f"  {task.name} (x{task.weight}): not tuned")
+            continue
+        state = task_state(task, study)
+        best = f"{state.best * 1e6:.1f} us" if math.isfinite(state.best) else "none succeeded"
+        print(f"  {task.name} (x{task.weight}): {state.trials} trials, best {best}")
+    estimate = tuning.estimate_s()
+    shown = f"{estimate * 1e3:.3f} ms" if math.isfinite(estimate) else "not yet known"
+    print(f"estimate  {shown} (the tuned tasks' best kernels added up)")
+
+
+def export_model_command(args: argparse.Namespace) -> None:
+    from tensortune.model.tuning import model_tuning
+
+    _export(model_tuning(_program(args), args.target, args.storage), args.output)
+
+
+def _export(tuning: Any, output: str) -> None:
+    from tensortune.model.export import export_model
+
+    report = export_model(tuning, output)
+    checked = tuning.program.reference_name or "TVM's untuned build"
+    error = f"max difference {report.max_error:.2g}" if report.max_error is not None else "equal"
+    print(f"exported  {report.folder} ({report.tuned_kernels} tuned kernels)")
+    print(f"checked   against {checked}: {error}")
+    print(
+        f"latency   {report.tuned_s * 1e3:.3f} ms tuned, {report.untuned_s * 1e3:.3f} ms "
+        f"TVM untuned ({report.untuned_s / report.tuned_s:.2f}x)"
+    )
