@@ -130,7 +130,7 @@ def load_onnx(path: str, inputs: Sequence[InputSpec]) -> ModelProgram:
         ) from None
     name = os.path.splitext(os.path.basename(path))[0]
     reference, reference_name = _onnxruntime(path, ordered)
-    return ModelProgram(name, mod, ordered, reference, reference_name)
+    return ModelProgram(name, for_inference(mod), ordered, reference, reference_name)
 
 
 def _check_against_graph(spec: InputSpec, graph_input: Any, onnx: Any) -> None:
@@ -204,8 +204,17 @@ def from_torch(module: Any, example_inputs: Sequence[Any], name: str | None = No
         return [o.detach().numpy() for o in outs]
 
     return ModelProgram(
-        name or type(module).__name__, mod, specs, run, f"torch-{torch.__version__}"
+        name or type(module).__name__, for_inference(mod), specs, run, f"torch-{torch.__version__}"
     )
+
+
+def for_inference(mod: Any) -> Any:
+    """`mod` with each batch norm after a convolution folded into the convolution's weights
+    and bias (``torch.export`` keeps them apart; the ONNX exporter folds them itself), so that
+    the convolution fuses with what follows it."""
+    from tvm import relax
+
+    return relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
 
 
 def _require(module: str, what: str) -> Any:
