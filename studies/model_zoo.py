@@ -100,4 +100,6 @@ MODELS = ("resnet18", "bert-layer", "tiny-cnn")
 
 
 def describe(net: Any) -> str:
-    return f"{type(net).__name__}, {sum(p.numel() for p in net.parameters()) / 1e6:.1f} M parameters"
+    """The model's class and its parameter count."""
+    millions = sum(p.numel() for p in net.parameters()) / 1e6
+    return f"{type(net).__name__}, {millions:.1f} M parameters"
