@@ -520,6 +520,27 @@ def test_transfer_quick(tmp_path):
     assert (tmp_path / "transfer.png").stat().st_size > 0
 
 
+@pytest.mark.slow
+def test_model_tuning_quick(tmp_path):
+    """The whole-model benchmark on a tiny CNN: every system timed, ours and MetaSchedule at
+    both budgets, the goals judged, and a row per task."""
+    pytest.importorskip("onnx")
+    rows = run_quick("model_tuning.py", tmp_path)
+    systems = [(r["system"], r["budget"]) for r in rows]
+    expected = [("pytorch-eager", ""), ("tvm-untuned", "")]
+    expected += [(tuner, n) for tuner in ("tensortune", "metaschedule") for n in ("8", "16")]
+    assert set(expected) <= set(systems)
+    assert all(float(r["latency_ms"]) > 0 for r in rows)
+    # Ours resumed its studies from 8 to 16 trials: the seconds add up.
+    ours = {r["budget"]: float(r["tuning_s"]) for r in rows if r["system"] == "tensortune"}
+    assert ours["16"] > ours["8"] > 0
+    with open(tmp_path / "model_tasks.csv") as f:
+        tasks = list(csv.DictReader(f))
+    assert sum(int(t["trials"]) for t in tasks) == 16
+    summary = (tmp_path / "model_tuning_summary.md").read_text()
+    assert "| ≥ 1.2× pytorch-eager | tiny-cnn |" in summary
+
+
 def test_transfer_summary_per_cost_model(tmp_path):
     """With several cost models each mode is compared with its own model's cold study."""
     sys.path.insert(0, STUDIES)

@@ -1,0 +1,292 @@
+"""Whole models end to end (issue 22): tensortune's tune-model against PyTorch eager,
+``torch.compile``, ONNX Runtime, TVM's untuned build and MetaSchedule's ``tune_relax``.
+
+For each model (``model_zoo.py``: ResNet-18 at batch 1, 224x224; one BERT-base encoder layer at
+sequence 128; random weights) and each budget, ours tunes through `tensortune.model.tune_model`
+(the same task studies, resumed from one budget to the next) and MetaSchedule runs
+``tune_relax``'s own steps (task extraction, gradient task scheduler, evolutionary search,
+XGBoost) with the same total trials, from scratch for each budget. Every built model and every
+framework is then timed round-robin over `ROUNDS` rounds, in one process, so that drift hits
+all alike; each build's outputs are checked against PyTorch eager. Writes under ``--out``
+(default ``studies/results/models/``):
+
+- ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
+- ``model_tasks.csv``: per model and task: weight, TVM's untuned kernel and our best, in µs;
+- ``model_tuning_summary.md``: both, and issue 22's goals.
+
+    python studies/model_tuning.py                                  # both models, 500 1000 2000
+    python studies/model_tuning.py --models resnet18 --budgets 500 --no-metaschedule
+    python studies/model_tuning.py --quick --out /tmp/q             # a tiny CNN, 8 and 16 trials
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import model_zoo
+import numpy as np
+import optuna
+import torch
+from metaschedule_peer import fast_build
+from results_io import write_csv
+
+from tensortune.model import build, check_outputs, from_torch, run, tune_model
+from tensortune.model.database import write_database
+from tensortune.model.tasks import fusion_passes
+from tensortune.model.tuning import ModelTuning, task_state
+from tensortune.target import make_target, target_spec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUDGETS = (500, 1000, 2000)
+#: Rounds of the final round-robin timing; each reading is the mean of runs of >= 50 ms.
+ROUNDS = 5
+
+
+def timer(call: Callable[[], Any]) -> Callable[[], float]:
+    """Seconds of one call, averaged over runs of at least 50 ms (after one warm-up call)."""
+    call()
+
+    def reading() -> float:
+        runs, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 0.05 or runs < 2:
+            call()
+            runs += 1
+        return (time.perf_counter() - start) / runs
+
+    return reading
+
+
+def round_robin(readers: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> dict[str, float]:
+    """Median seconds of each system over `rounds` rounds, every system once per round."""
+    found: dict[str, list[float]] = {name: [] for name in readers}
+    for _ in range(rounds):
+        for name, reading in readers.items():
+            found[name].append(reading())
+    return {name: statistics.median(values) for name, values in found.items()}
+
+
+def frameworks(net: Any, example: list[torch.Tensor], folder: str) -> dict[str, Callable]:
+    """Callables running the model in PyTorch eager, ``torch.compile`` and ONNX Runtime (those
+    that work here; a failure is printed and the system left out)."""
+    torch.set_num_threads(int(os.environ.get("TVM_NUM_THREADS", "2")))
+    calls: dict[str, Callable] = {}
+
+    def eager() -> Any:
+        with torch.no_grad():
+            return net(*example)
+
+    calls["pytorch-eager"] = eager
+    try:
+        compiled = torch.compile(net)
+        with torch.no_grad():
+            compiled(*example)
+
+        def inductor() -> Any:
+            with torch.no_grad():
+                return compiled(*example)
+
+        calls["torch.compile"] = inductor
+    except Exception as err:  # no C++ compiler, or an unsupported op
+        print(f"torch.compile left out: {str(err).strip().splitlines()[0][:200]}", flush=True)
+    try:
+        import onnxruntime
+
+        path = os.path.join(folder, "model.onnx")
+        torch.onnx.export(net, tuple(example), path, input_names=["x"], dynamo=False)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        feed = {"x": example[0].numpy()}
+        calls["onnxruntime"] = lambda: session.run(None, feed)
+    except Exception as err:
+        print(f"onnxruntime left out: {str(err).strip().splitlines()[0][:200]}", flush=True)
+    return calls
+
+
+def vm_call(executable: Any, inputs: list[np.ndarray]) -> Callable[[], Any]:
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    return lambda: vm["main"](*args)
+
+
+def metaschedule(program: Any, target: dict, budget: int, work_dir: str, seed: int) -> Any:
+    """MetaSchedule's ``tune_relax`` steps for `budget` trials, with our build threads and
+    its own runner; returns the model built with its database."""
+    import logging
+
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    # Its per-task tables and XGBoost iterations still go to work_dir/logs.
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    tvm_target = make_target(target)
+    with tvm_target:
+        fused = tvm.transform.Sequential(fusion_passes(tvm_target))(program.mod)
+    extracted = ms.relax_integration.extract_tasks(fused, tvm_target)
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        extracted, work_dir, seed=seed, num_threads=int(target.get("num-cores", 2))
+    )
+    evaluator = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=30)
+    database = ms.tune.tune_tasks(
+        tasks=contexts,
+        task_weights=weights,
+        work_dir=work_dir,
+        max_trials_global=budget,
+        num_trials_per_iter=min(64, budget),
+        builder=ms.builder.LocalBuilder(max_workers=2, f_build=fast_build),
+        runner=ms.runner.LocalRunner(evaluator_config=evaluator),
+    )
+    return ms.relax_integration.compile_relax(database, program.mod, tvm_target, None)
+
+
+def task_rows(name: str, tuning: ModelTuning, inputs_seed: int = 0) -> list[dict]:
+    """Per task: its weight, TVM's untuned kernel and our best, in µs."""
+    import tvm
+
+    rows = []
+    rng = np.random.default_rng(inputs_seed)
+    for task, study in zip(tuning.tasks, tuning.studies, strict=True):
+        workload = task.workload()
+        func = workload.prim_func()
+        arrays = [
+            tvm.runtime.tensor(rng.uniform(-1, 1, s).astype(d) if inp else np.zeros(s, d))
+            for s, d, inp in workload.argument_specs()
+        ]
+        module = tvm.compile(func, target=make_target(tuning.target)).jit()
+        untuned = module.time_evaluator("main", tvm.cpu(), min_repeat_ms=50, repeat=3)(*arrays)
+        state = task_state(task, study)
+        rows.append({
+            "model": name, "task": task.name, "weight": task.weight,
+            "untuned_us": round(untuned.median * 1e6, 1),
+            "tuned_us": round(state.best * 1e6, 1) if study is not None and state.trials else "",
+            "trials": state.trials,
+        })  # fmt: skip
+    return rows
+
+
+def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[list, list]:
+    net, example = model_zoo.model(name)
+    print(f"{name}: {model_zoo.describe(net)}", flush=True)
+    program = from_torch(net, example, name=name)
+    target = target_spec("llvm")
+    inputs = [t.numpy() for t in example]
+    expected = program.reference(inputs)
+    folder = tempfile.mkdtemp(prefix=f"{name}-")
+    calls: dict[str, Callable] = dict(frameworks(net, example, folder))
+    untuned = build(program, target, None)
+    check_outputs(run(untuned, inputs), expected)
+    calls["tvm-untuned"] = vm_call(untuned, inputs)
+    storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
+    tuning_s: dict[str, float] = {}
+    tuning, spent = None, 0.0  # our budgets resume one study set: their seconds add up
+    for budget in budgets:
+        start = time.perf_counter()
+        tuning = tune_model(program, budget, target, storage=storage, seed=args.seed)
+        spent += time.perf_counter() - start
+        tuning_s[f"tensortune@{budget}"] = spent
+        database = os.path.join(folder, f"db-{budget}")
+        write_database(tuning.tasks, tuning.studies, tuning.target, database)
+        tuned = build(program, target, database)
+        check_outputs(run(tuned, inputs), expected)
+        calls[f"tensortune@{budget}"] = vm_call(tuned, inputs)
+        if args.metaschedule:
+            start = time.perf_counter()
+            built = metaschedule(program, target, budget, os.path.join(folder, f"ms-{budget}"),
+                                 args.seed)  # fmt: skip
+            tuning_s[f"metaschedule@{budget}"] = time.perf_counter() - start
+            check_outputs(run(built, inputs), expected)
+            calls[f"metaschedule@{budget}"] = vm_call(built, inputs)
+    seconds = round_robin({k: timer(call) for k, call in calls.items()}, args.rounds)
+    eager = seconds["pytorch-eager"]
+    rows = [
+        {"model": name, "system": system.split("@")[0],
+         "budget": system.split("@")[1] if "@" in system else "",
+         "latency_ms": float(f"{s * 1e3:.4g}"), "x_eager": round(eager / s, 3),
+         "tuning_s": round(tuning_s[system], 1) if system in tuning_s else ""}
+        for system, s in seconds.items()
+    ]  # fmt: skip
+    return rows, task_rows(name, tuning) if tuning is not None else []
+
+
+def summary(rows: list[dict], tasks: list[dict]) -> str:
+    """Markdown: latencies per model and system, the goals, and where the time goes."""
+    lines = ["| model | system | trials | latency ms | × PyTorch eager | tuning s |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {r['model']} | {r['system']} | {r['budget']} | {r['latency_ms']} | "
+              f"{r['x_eager']} | {r['tuning_s']} |" for r in rows]  # fmt: skip
+    lines += ["", "| goal (issue 22) | model | verdict | numbers |", "|---|---|---|---|"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = {(r["system"], r["budget"]): r for r in rows if r["model"] == model}
+        ours = [r for (s, _), r in mine.items() if s == "tensortune"]
+        if not ours:
+            continue
+        best = max(ours, key=lambda r: int(r["budget"]))
+        for peer in ("pytorch-eager", "onnxruntime"):
+            if (peer, "") in mine:
+                ratio = mine[(peer, "")]["latency_ms"] / best["latency_ms"]
+                verdict = "met" if ratio >= 1.2 else "not met"
+                lines.append(f"| ≥ 1.2× {peer} | {model} | {verdict} | {ratio:.2f}× at "
+                             f"{best['budget']} trials |")  # fmt: skip
+        for r in ours:
+            peer_row = mine.get(("metaschedule", r["budget"]))
+            if peer_row is None:
+                continue
+            faster = peer_row["latency_ms"] / r["latency_ms"]
+            quicker = r["tuning_s"] < peer_row["tuning_s"]
+            verdict = "met" if faster >= 1.0 and quicker else "not met"
+            lines.append(f"| ahead of MetaSchedule in less wall time | {model} @{r['budget']} | "
+                         f"{verdict} | {faster:.2f}× its latency; {r['tuning_s']} s against "
+                         f"{peer_row['tuning_s']} s |")  # fmt: skip
+    if tasks:
+        lines += ["", "| model | task | weight | untuned µs | tuned µs | trials |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {t['model']} | {t['task']} | {t['weight']} | {t['untuned_us']} | "
+                  f"{t['tuned_us']} | {t['trials']} |" for t in tasks]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "bert-layer"],
+                        choices=model_zoo.MODELS)  # fmt: skip
+    parser.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS),
+                        help="trials per model, ascending (default 500 1000 2000)")  # fmt: skip
+    parser.add_argument("--no-metaschedule", dest="metaschedule", action="store_false")
+    parser.add_argument("--seed", type=int, default=0, help="default 0")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
+    parser.add_argument("--work", default=os.path.join(HERE, "work", "models"))
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "models"))
+    parser.add_argument("--quick", action="store_true", help="a tiny CNN, 8 and 16 trials")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.quick:
+        args.models, args.budgets, args.rounds = ["tiny-cnn"], [8, 16], 2
+        args.work = tempfile.mkdtemp()
+    if sorted(args.budgets) != args.budgets or min(args.budgets) < 1:
+        parser.error("--budgets must be positive and ascending")
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    rows, tasks = [], []
+    for name in args.models:
+        found, per_task = run_model(name, args.budgets, args)
+        rows += found
+        tasks += per_task
+    write_csv(os.path.join(args.out, "model_tuning.csv"), rows)
+    write_csv(os.path.join(args.out, "model_tasks.csv"), tasks)
+    text = summary(rows, tasks)
+    with open(os.path.join(args.out, "model_tuning_summary.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
