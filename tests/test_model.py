@@ -177,3 +177,62 @@ def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
     assert [line.split(":")[0] for line in errors] == ["tensortune"] * 3
     assert "no shape for input 'x'" in errors[1]
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.slow
+def test_a_killed_model_run_resumes_its_budget_and_measures_nothing_twice(onnx_file, tmp_path):
+    """SIGKILL a tune-model run mid-way, run the same command again: the budget ends spent
+    exactly (the killed run's trials that measured nothing do not count), no trial is left
+    RUNNING, the measured trials are kept, and no study measured a config twice."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tensortune.trial_records import count_finished
+
+    db = tmp_path / "model.db"
+    command = [sys.executable, "-m", "tensortune.cli", "tune-model", onnx_file,
+               "--input", "x:1x3x8x8", "--storage", f"sqlite:///{db}", "--trials", "24",
+               "-o", str(tmp_path / "out")]  # fmt: skip
+
+    def complete() -> set[tuple[str, int]]:
+        """(study, trial number) of every COMPLETE trial so far."""
+        if not db.exists():
+            return set()
+        storage = f"sqlite:///{db}"
+        try:
+            summaries = optuna.get_all_study_summaries(storage)
+            return {(s.study_name, t.number) for s in summaries
+                    for t in optuna.load_study(study_name=s.study_name, storage=storage).trials
+                    if t.state == optuna.trial.TrialState.COMPLETE}  # fmt: skip
+        except Exception:  # the first run is creating its tables or studies
+            return set()
+
+    worker = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.time() + 300
+        while len(complete()) < 6 and time.time() < deadline and worker.poll() is None:
+            time.sleep(0.5)
+        assert worker.poll() is None, "the run ended before it could be killed"
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+    kept = complete()
+    assert 6 <= len(kept) < 24
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    storage = f"sqlite:///{db}"
+    studies = [optuna.load_study(study_name=s.study_name, storage=storage)
+               for s in optuna.get_all_study_summaries(storage)]  # fmt: skip
+    assert sum(count_finished(s) for s in studies) == 24
+    assert kept <= complete()
+    for study in studies:
+        assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+        measured = [tuple(sorted(t.params.items())) for t in study.trials
+                    if t.state == optuna.trial.TrialState.COMPLETE]  # fmt: skip
+        assert len(measured) == len(set(measured))
+    assert (tmp_path / "out" / "model.json").exists()

@@ -62,12 +62,18 @@ class ModelTuning:
 
 def task_state(task: ModelTask, study: optuna.Study | None) -> TaskState:
     """The best seconds after each finished trial of `study` (failed trials repeat the best;
-    none for a study not begun, None)."""
-    best, bests = math.inf, []
+    none for a study not begun, None). Trials a killed run left behind (failed as stale, see
+    `tensortune.trial_records.count_finished`) measured nothing and do not count."""
+    from tensortune.trial_records import is_abandoned, is_finished, stale_among, study_trials
+
     if study is None:
         return TaskState(task.weight, ())
-    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    for trial in study.get_trials(deepcopy=False, states=finished):
+    finished = [t for t in study_trials(study) if is_finished(t)]
+    stale = stale_among(study, finished)
+    best, bests = math.inf, []
+    for trial in sorted(finished, key=lambda t: t.number):
+        if is_abandoned(trial, stale):
+            continue
         seconds = trial.user_attrs.get("cost_s")
         if trial.state == optuna.trial.TrialState.COMPLETE and seconds:
             best = min(best, float(seconds))
