@@ -339,7 +339,7 @@ def summarize(
     (`retime_pair`, default None: not re-timed) the re-timed winners beside the values found
     while tuning."""
     retimed = retimed or {}
-    vendor = retimed.get("vendor", {}).get(0)
+    retimed_vendor = retimed.get("vendor", {}).get(0)
     curves = {m: best_so_far(s, pair=pair, mode=m, seed=seed) for m, s in studies.items()}
     cold_best = curves["cold"][-1]["best_gflops"]
     rows = []
@@ -351,7 +351,7 @@ def summarize(
         for n in CHECKPOINTS:
             found = retimed.get(mode, {}).get(n)
             row[f"retimed@{n}"] = round(found, 1) if found and n <= len(curve) else ""
-        row["retimed_vendor"] = round(vendor, 1) if vendor else ""
+        row["retimed_vendor"] = round(retimed_vendor, 1) if retimed_vendor else ""
         bests = [c["best_gflops"] for c in curve]
         row["trials_to_90pct_cold"] = first_trial(bests, 0.9 * cold_best)
         row["enqueued"] = attrs.get("bench:enqueued", "")
