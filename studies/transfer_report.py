@@ -342,6 +342,8 @@ def _plot(out: str) -> None:
         ax.set_xlabel("trials")
         ax.set_ylabel("best GFLOP/s")
         ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(pairs) :]:  # an odd number of pairs leaves one empty
+        ax.axis("off")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "transfer.png"), dpi=110)
 
