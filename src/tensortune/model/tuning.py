@@ -106,14 +106,39 @@ def tune_model(
         batch_size: Trials a task gets at a time. Default `BATCH`.
         progress: Called with a line after each batch. Default None: printed to stderr.
     """
-    from tensortune.tuning import tune
-
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
     if batch_size < 1:
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     tuning = model_tuning(program, target, storage, create=True)
+    say(
+        f"{program.name}: {len(tuning.tasks)} tasks, {sum(tuning.tunable)} with a design space "
+        f"to search; {total_trials} trials in all"
+    )
+    measurers: dict[int, _KeptOpen] = {}  # per task, one pool of build and timing workers
+    try:
+        _tune_batches(tuning, total_trials, storage, sampler, seed, batch_size, say, measurers)
+    finally:
+        for measurer in measurers.values():
+            measurer.inner.close()
+    return tuning
+
+
+def _tune_batches(
+    tuning: ModelTuning,
+    total_trials: int,
+    storage: str | None,
+    sampler: str,
+    seed: int | None,
+    batch_size: int,
+    say: Callable[[str], None],
+    measurers: dict[int, _KeptOpen],
+) -> None:
+    from tensortune.measure import Measurer
+    from tensortune.templates.metaschedule import MetaScheduleTemplate
+    from tensortune.tuning import tune
+
     tasks, studies, tunable, names = (
         tuning.tasks,
         tuning.studies,
@@ -121,10 +146,6 @@ def tune_model(
         tuning.study_names,
     )
     spec = tuning.target
-    say(
-        f"{program.name}: {len(tasks)} tasks, {sum(tunable)} with a design space to search; "
-        f"{total_trials} trials in all"
-    )
     while True:
         indices = [i for i, knobs in enumerate(tunable) if knobs]
         states = [task_state(tasks[i], studies[i]) for i in indices]
@@ -135,6 +156,9 @@ def tune_model(
         task = tasks[pick]
         count = min(batch_size, total_trials - done)
         before = states[indices.index(pick)].trials
+        if pick not in measurers:
+            template = MetaScheduleTemplate(task.workload(), spec)
+            measurers[pick] = _KeptOpen(Measurer(template, spec))
         studies[pick] = tune(
             task.workload(),
             spec,
@@ -146,6 +170,7 @@ def tune_model(
             show_progress=False,
             total_trials=before + count,
             space="metaschedule",
+            measurer=measurers[pick],
         )
         estimate = tuning.estimate_s()
         shown = f"{estimate * 1e3:.3f} ms" if math.isfinite(estimate) else "not yet known"
@@ -153,7 +178,24 @@ def tune_model(
             f"[{done + count}/{total_trials}] {task.name} (x{task.weight}): "
             f"best {task_state(task, studies[pick]).best * 1e6:.1f} us; model estimate {shown}"
         )
-    return tuning
+
+
+class _KeptOpen:
+    """A measurer that `tensortune.tune` may close after each batch without closing it: the
+    model's tasks keep their worker pools from one batch to the next (starting one costs
+    seconds, a batch of a small kernel less than one)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def measure(self, configs: Any) -> Any:
+        return self.inner.measure(configs)
+
+    def vendor_baseline(self) -> Any:
+        return self.inner.vendor_baseline()
+
+    def close(self) -> None:
+        pass
 
 
 def model_tuning(
