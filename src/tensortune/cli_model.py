@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from tensortune.errors import TensortuneError
+from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS
 
@@ -64,8 +65,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
     if args.trials < 1:
         raise TensortuneError(f"--trials must be at least 1, got {args.trials}")
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
-    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
-        raise TensortuneError(f"{output} already exists and is not an empty folder")
+    check_new_folder(output)  # now, not after the tuning
     program = _program(args)
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,

@@ -29,12 +29,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
     The folder appears whole or not at all: files are written to a temporary sibling that is
     renamed at the end. An existing non-empty `directory` is refused. Returns the folder's path.
     """
-    directory = os.path.abspath(directory)
-    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
-        raise TensortuneError(f"{directory} already exists and is not an empty folder")
-    parent = os.path.dirname(directory)
-    if not os.path.isdir(parent):
-        raise TensortuneError(f"cannot export to {directory}: folder {parent} does not exist")
+    directory = scratch.check_new_folder(directory)
     summary = best_summary(study)
     workload = study_workload(study)
     target = study_target(study)
@@ -42,12 +37,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
 
     import tvm
 
-    # Named for the target, it is swept by the next export there if this one is killed.
-    prefix, suffix = f".{os.path.basename(directory)}.", ".tmp"
-    scratch.sweep(prefix, suffix, parent)
-    folder = scratch.make_folder(prefix, suffix, parent)
-    staging = folder.path
-    try:
+    with scratch.staged_folder(directory) as staging:
         library = os.path.join(staging, LIBRARY)
         _, executable = compile_config(template, summary["config"], target)
         executable.export_library(library)
@@ -67,12 +57,6 @@ def export_best(study: optuna.Study, directory: str) -> str:
         manifest["sha256"] = _digest(library, manifest)
         with open(os.path.join(staging, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=2)
-        if os.path.isdir(directory):
-            os.rmdir(directory)  # empty, checked above
-        os.remove(os.path.join(staging, scratch.LOCK_FILE))  # not part of the export
-        os.rename(staging, directory)
-    finally:
-        folder.remove()  # after the rename: only the lock is left to release
     return directory
 
 

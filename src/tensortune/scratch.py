@@ -15,6 +15,9 @@ import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+
+from tensortune.errors import TensortuneError
 
 #: The lock file inside every folder that `make_folder` makes.
 LOCK_FILE = ".tensortune-owner.lock"
@@ -88,3 +91,35 @@ def sweep(prefix: str, suffix: str = "", parent: str | None = None) -> list[str]
         finally:
             os.close(fd)
     return removed
+
+
+def check_new_folder(directory: str) -> str:
+    """The absolute path of `directory` if a folder may be created there (it does not exist,
+    or is an empty folder, and its parent exists); `TensortuneError` otherwise."""
+    directory = os.path.abspath(directory)
+    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+        raise TensortuneError(f"{directory} already exists and is not an empty folder")
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise TensortuneError(f"cannot export to {directory}: folder {parent} does not exist")
+    return directory
+
+
+@contextlib.contextmanager
+def staged_folder(directory: str) -> Iterator[str]:
+    """Yield a locked temporary folder beside `directory` (checked with `check_new_folder`) to
+    write into; when the block ends without an error it is renamed to `directory`, so that the
+    folder appears whole or not at all. A killed run's leftover is swept by the next one."""
+    directory = check_new_folder(directory)
+    parent = os.path.dirname(directory)
+    prefix, suffix = f".{os.path.basename(directory)}.", ".tmp"
+    sweep(prefix, suffix, parent)
+    folder = make_folder(prefix, suffix, parent)
+    try:
+        yield folder.path
+        if os.path.isdir(directory):
+            os.rmdir(directory)  # empty, checked above
+        os.remove(os.path.join(folder.path, LOCK_FILE))  # not part of the result
+        os.rename(folder.path, directory)
+    finally:
+        folder.remove()  # after the rename: only the lock is left to release

@@ -59,18 +59,9 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
         TensortuneError: A non-empty `directory`, a build TVM refuses, or outputs that differ
             from the framework's; nothing is left behind.
     """
-    directory = os.path.abspath(directory)
-    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
-        raise TensortuneError(f"{directory} already exists and is not an empty folder")
-    parent = os.path.dirname(directory)
-    if not os.path.isdir(parent):
-        raise TensortuneError(f"cannot export to {directory}: folder {parent} does not exist")
+    directory = scratch.check_new_folder(directory)
     program = tuning.program
-    prefix, suffix = f".{os.path.basename(directory)}.", ".tmp"
-    scratch.sweep(prefix, suffix, parent)
-    folder = scratch.make_folder(prefix, suffix, parent)
-    staging = folder.path
-    try:
+    with scratch.staged_folder(directory) as staging:
         count = write_database(tuning.tasks, tuning.studies, tuning.target, staging)
         tuned = build(program, tuning.target, staging)
         untuned = build(program, tuning.target, None)
@@ -98,12 +89,6 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
         }
         with open(os.path.join(staging, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=2)
-        if os.path.isdir(directory):
-            os.rmdir(directory)  # empty, checked above
-        os.remove(os.path.join(staging, scratch.LOCK_FILE))
-        os.rename(staging, directory)
-    finally:
-        folder.remove()
     return report
 
 
