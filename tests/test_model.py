@@ -183,7 +183,8 @@ def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
 def test_a_killed_model_run_resumes_its_budget_and_measures_nothing_twice(onnx_file, tmp_path):
     """SIGKILL a tune-model run mid-way, run the same command again: the budget ends spent
     exactly (the killed run's trials that measured nothing do not count), no trial is left
-    RUNNING, the measured trials are kept, and no study measured a config twice."""
+    RUNNING (not even in a task study the rerun's budget does not reach), the measured trials
+    are kept, and no study measured a config twice."""
     import os
     import signal
     import subprocess
@@ -210,8 +211,10 @@ def test_a_killed_model_run_resumes_its_budget_and_measures_nothing_twice(onnx_f
         except Exception:  # the first run is creating its tables or studies
             return set()
 
+    # Short heartbeats, so that the killed run's trials go stale within seconds.
+    env = {**os.environ, "TENSORTUNE_HEARTBEAT_INTERVAL": "1", "TENSORTUNE_GRACE_PERIOD": "3"}
     worker = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+                              stderr=subprocess.DEVNULL, env=env)  # fmt: skip
     try:
         deadline = time.time() + 300
         while len(complete()) < 6 and time.time() < deadline and worker.poll() is None:
@@ -223,7 +226,8 @@ def test_a_killed_model_run_resumes_its_budget_and_measures_nothing_twice(onnx_f
             worker.wait()
     kept = complete()
     assert 6 <= len(kept) < 24
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    time.sleep(4)  # past the grace period: the killed run's trials are stale now
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     storage = f"sqlite:///{db}"
     studies = [optuna.load_study(study_name=s.study_name, storage=storage)

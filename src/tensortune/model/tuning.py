@@ -116,13 +116,25 @@ def tune_model(
         f"{program.name}: {len(tuning.tasks)} tasks, {sum(tuning.tunable)} with a design space "
         f"to search; {total_trials} trials in all"
     )
+    _fail_stale(tuning)
     measurers: dict[int, _KeptOpen] = {}  # per task, one pool of build and timing workers
     try:
         _tune_batches(tuning, total_trials, storage, sampler, seed, batch_size, say, measurers)
     finally:
         for measurer in measurers.values():
             measurer.inner.close()
+    _fail_stale(tuning)
     return tuning
+
+
+def _fail_stale(tuning: ModelTuning) -> None:
+    """Fail the trials a killed run left RUNNING in any task study (once their heartbeat is
+    older than the grace period): a task the budget does not reach again keeps none."""
+    from tensortune.storage import fail_stale_trials
+
+    for study in tuning.studies:
+        if study is not None:
+            fail_stale_trials(study)
 
 
 def _tune_batches(
@@ -222,7 +234,8 @@ def model_tuning(
     tasks = extract_tasks(program.mod, make_target(spec))
     if not tasks:
         raise TensortuneError(f"{program.name} has no kernel to tune")
-    db = open_storage(storage, must_exist=not create)
+    # A tuning run opens it with heartbeats, so that it can fail a killed run's trials.
+    db = open_storage(storage, must_exist=not create, heartbeat=create)
     names = [f"{default_study_name(t.workload(), spec)}@metaschedule" for t in tasks]
     tunable = [_has_knobs(t, spec) for t in tasks]
     studies = [_load(db, n) if knobs else None for n, knobs in zip(names, tunable, strict=True)]
