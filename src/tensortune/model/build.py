@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line
 from tensortune.model.database import RECORDS_FILE, WORKLOADS_FILE
 from tensortune.model.frontend import ModelProgram
 
@@ -40,10 +40,9 @@ def build(program: ModelProgram, target: dict[str, Any], database_dir: str | Non
         )
         return ms.relax_integration.compile_relax(database, program.mod, tvm_target, None)
     except tvm.error.TVMError as err:
-        lines = [line for line in str(err).strip().splitlines() if line.strip()]
         raise TensortuneError(
             f"TVM cannot build {program.name} for {target.get('kind')}: "
-            f"{lines[-1] if lines else 'unknown error'}"
+            f"{last_line(err, 'unknown error')}"
         ) from None
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line
 from tensortune.workloads.script import register_script
 
 if TYPE_CHECKING:
@@ -81,10 +81,8 @@ def extract_tasks(mod: Any, target: Any) -> list[ModelTask]:
             fused = tvm.transform.Sequential(fusion_passes(target))(mod)
         extracted = ms.relax_integration.extract_tasks(fused, target)
     except Exception as err:
-        lines = [line for line in str(err).strip().splitlines() if line.strip()]
         raise TensortuneError(
-            f"TVM cannot lower the model for {target.kind.name}: "
-            f"{lines[-1] if lines else type(err).__name__}"
+            f"TVM cannot lower the model for {target.kind.name}: {last_line(err)}"
         ) from None
     tasks = []
     for task in extracted:

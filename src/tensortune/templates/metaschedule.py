@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line
 from tensortune.templates.base import InvalidConfig, KnobTemplate
 from tensortune.templates.knobs import ChoiceKnob, factorizations
 
@@ -129,14 +129,14 @@ class MetaScheduleTemplate(KnobTemplate):
                 decision_provider=lambda inst, inputs, attrs, old: chosen.get(inst, old),
             )
         except (s_tir.ScheduleError, ValueError) as err:
-            raise InvalidConfig(_last_line(err)) from err
+            raise InvalidConfig(last_line(err)) from err
         sch.enter_postproc()
         for postproc in spaces.postprocs:
             name = type(postproc).__name__
             try:
                 accepted = postproc.apply(sch)
             except Exception as err:
-                raise InvalidConfig(f"{name}: {_last_line(err)}") from err
+                raise InvalidConfig(f"{name}: {last_line(err)}") from err
             if not accepted:
                 raise InvalidConfig(f"{name} rejected the schedule")
         return sch
@@ -149,11 +149,6 @@ def _decision(decision: Decision, value: Any) -> Any:
     if decision.kind == CATEGORICAL:
         return decision.candidates.index(int(value))
     return {INLINE: -2, ROOT: -1}.get(value) if value in (INLINE, ROOT) else int(value[4:])
-
-
-def _last_line(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else type(err).__name__
 
 
 # -- the design spaces, once per process ---------------------------------------------------------
@@ -211,7 +206,7 @@ def _generate(template: MetaScheduleTemplate) -> _Spaces:
     except Exception as err:
         raise TensortuneError(
             f"MetaSchedule cannot make a design space for {template.workload.name}: "
-            f"{_last_line(err)}"
+            f"{last_line(err)}"
         ) from err
     if not sketches:
         raise TensortuneError(f"MetaSchedule made no design space for {template.workload.name}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensortune.errors import TensortuneError
+from tensortune.errors import TensortuneError, last_line
 from tensortune.workloads._registry import (
     _REGISTRY,
     WorkloadDef,
@@ -76,10 +76,7 @@ def parse_script(script: str) -> tirx.PrimFunc:
     try:
         found = tvm.script.from_source(script)
     except Exception as err:
-        lines = [line for line in str(err).strip().splitlines() if line.strip()]
-        raise TensortuneError(
-            f"not a TIR function: {lines[-1] if lines else type(err).__name__}"
-        ) from None
+        raise TensortuneError(f"not a TIR function: {last_line(err)}") from None
     if isinstance(found, tvm.IRModule):
         funcs = [f for f in found.functions.values() if isinstance(f, tirx.PrimFunc)]
         main = [f for gv, f in found.functions.items() if gv.name_hint == "main"]
