@@ -117,7 +117,8 @@ def pooled_checkpoints(trials: int) -> list[int]:
     return [n for n in POOLED_AT if n < trials] + [trials]
 
 
-def _ratio_cell(found: dict[str, float] | None) -> str:
+def ratio_cell(found: dict[str, float] | None) -> str:
+    """A `geomean_interval` as ``geomean [low, high]``, or ``–`` for none."""
     if found is None:
         return "–"
     return f"{found['geomean']:.2f} [{found['low']:.2f}, {found['high']:.2f}]"
@@ -138,7 +139,7 @@ def pooled_table(rows: list[dict], ours: str = OURS, peer: str = PEER) -> str:
         found = [pooled_ratio(mine, n, ours, peer) for n in checkpoints]
         pairs = max((f["pairs"] for f in found if f), default=0)
         if pairs:
-            cells = [label, f"{pairs:.0f}", *(_ratio_cell(f) for f in found)]
+            cells = [label, f"{pairs:.0f}", *(ratio_cell(f) for f in found)]
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
@@ -206,7 +207,7 @@ def goals(
             out.append((goal, NOT_MEASURED, f"no seed pairs at {n} trials"))
             continue
         ok = found["geomean"] >= level and found["low"] > 1.0
-        numbers = f"{_ratio_cell(found)} over {found['pairs']} pairs, {_source(n, trials, rows)}"
+        numbers = f"{ratio_cell(found)} over {found['pairs']} pairs, {_source(n, trials, rows)}"
         out.append((goal, MET if ok else NOT_MET, numbers))
     out.append(_beats_medians(rows, trials))
     out.append(_worst_seed(rows, trials))
@@ -285,13 +286,14 @@ def _trials_goal(rows: list[dict]) -> tuple[str, str, str]:
     trials = max(r["trials"] for r in rows)
     ok = ours <= trials and ours <= peer / 2
     numbers = (
-        f"{_shown_count(ours, trials)} vs {_shown_count(peer, trials)} trials "
+        f"{shown_count(ours, trials)} vs {shown_count(peer, trials)} trials "
         f"(reached in {reached} of {runs} / {peer_reached} of {peer_runs} studies)"
     )
     return goal, MET if ok else NOT_MET, numbers
 
 
-def _shown_count(median: float, trials: int) -> str:
+def shown_count(median: float, trials: int) -> str:
+    """A trial count, ``>trials`` for one past the budget (a level never reached)."""
     return f">{trials}" if median > trials else f"{median:g}"
 
 
@@ -379,7 +381,7 @@ def _unseen_goal(unseen: list[dict]) -> tuple[str, str, str]:
                for label, v in both.items()}  # fmt: skip
     numbers = ", ".join(f"{label} {a:.0f} vs {b:.0f}" for label, (a, b) in medians.items())
     pooled = pooled_ratio(unseen, 64)
-    numbers += f" GFLOP/s ({_source(64, trials, unseen)}); pooled {_ratio_cell(pooled)}"
+    numbers += f" GFLOP/s ({_source(64, trials, unseen)}); pooled {ratio_cell(pooled)}"
     if pooled is not None:
         numbers += f" over {pooled['pairs']} pairs"
     met = all(a >= b for a, b in medians.values())

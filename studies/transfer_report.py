@@ -14,7 +14,14 @@ import math
 import os
 import statistics
 
-from efficiency_goals import MET, NOT_MEASURED, NOT_MET, geomean_interval
+from efficiency_goals import (
+    MET,
+    NOT_MEASURED,
+    NOT_MET,
+    geomean_interval,
+    ratio_cell,
+    shown_count,
+)
 from results_io import draw_band, pyplot, read_csv
 
 #: Checkpoints the goals ask for (those within the studies' trials are reported).
@@ -44,10 +51,6 @@ def report(out: str, trials: int) -> None:
 def _trials(value: str, trials: int) -> int:
     """A trial count from the CSV; an unreached level ('') counts as one past the budget."""
     return int(value) if value else trials + 1
-
-
-def _shown(n: float, trials: int) -> str:
-    return f">{trials}" if n > trials else f"{n:g}"
 
 
 def _groups(rows: list[dict]) -> list[tuple[str, str, list[dict]]]:
@@ -94,7 +97,7 @@ def tuning_table(rows: list[dict], trials: int) -> str:
                 _label(pair, model, model_col)
                 + f" {mode} | "
                 + " | ".join(med)
-                + f" | {_shown(needed, trials)} | {statistics.median(speedups):.2f} |"
+                + f" | {shown_count(needed, trials)} | {statistics.median(speedups):.2f} |"
             )
     seeds = sorted({r["seed"] for r in rows})
     lines.append("")
@@ -149,14 +152,6 @@ def pooled(rows: list[dict], mode: str, n: int) -> dict[str, float] | None:
     return geomean_interval(logs)
 
 
-def _cell(found: dict[str, float] | None) -> str:
-    return (
-        "–"
-        if found is None
-        else f"{found['geomean']:.2f} [{found['low']:.2f}, {found['high']:.2f}]"
-    )
-
-
 def ratio_table(rows: list[dict], trials: int) -> str:
     """Each warm mode ÷ cold (re-timed), pooled per pair, per kind of pair and over all."""
     checkpoints = [n for n in CHECKPOINTS if n <= trials]
@@ -188,7 +183,7 @@ def ratio_table(rows: list[dict], trials: int) -> str:
                         mode,
                         scope,
                         f"{count:.0f}",
-                        *(_cell(f) for f in found),
+                        *(ratio_cell(f) for f in found),
                     ]
                     lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -233,14 +228,14 @@ def known_table(rows: list[dict], known: dict[tuple, int], trials: int) -> str:
             cold = _median_trials(known, kinds, model, kind, "cold")
             if cold is None:
                 continue
-            shown = f"{_shown(cold[0], trials)} ({cold[2]})"
+            shown = f"{shown_count(cold[0], trials)} ({cold[2]})"
             lines.append(f"| {model or 'xgb'} | {kind} | cold | {cold[1]} | {shown} | 1.00 |")
             for mode in modes:
                 found = _median_trials(known, kinds, model, kind, mode)
                 if found:
                     lines.append(
                         f"| {model or 'xgb'} | {kind} | {mode} | {found[1]} | "
-                        f"{_shown(found[0], trials)} ({found[2]}) | {cold[0] / found[0]:.2f} |"
+                        f"{shown_count(found[0], trials)} ({found[2]}) | {cold[0] / found[0]:.2f} |"
                     )
     lines.append("")
     lines.append(
@@ -311,8 +306,8 @@ def goals_table(rows: list[dict], known: dict[tuple, int], trials: int) -> str:
             verdict = MET if ratio >= goal else NOT_MET
             lines.append(
                 f"| {name} | {verdict} | {ratio:.2f}x: median "
-                f"{_shown(warm_trials[0], trials)} warm against "
-                f"{_shown(cold_trials[0], trials)} cold ({warm_trials[1]} studies) |"
+                f"{shown_count(warm_trials[0], trials)} warm against "
+                f"{shown_count(cold_trials[0], trials)} cold ({warm_trials[1]} studies) |"
             )
     return "\n".join(lines)
 
