@@ -14,21 +14,24 @@ from typing import Any
 
 import optuna
 
+from tensortune.errors import TensortuneError
 from tensortune.model.tasks import ModelTask
+from tensortune.storage import best_summary
 
 WORKLOADS_FILE = "database_workload.json"
 RECORDS_FILE = "database_tuning_record.json"
 
 
 def best_config(study: optuna.Study | None) -> tuple[dict[str, Any], float] | None:
-    """The best complete trial's config and measured seconds; None without one."""
+    """The best complete trial's config and measured seconds (`best_summary`); None without
+    one."""
     if study is None:
         return None
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    if not complete:
+    try:
+        summary = best_summary(study)
+    except TensortuneError:  # no completed trial yet
         return None
-    best = max(complete, key=lambda t: t.value or 0.0)
-    return dict(best.params), float(best.user_attrs.get("cost_s", 1.0))
+    return summary["config"], float(summary["seconds"] or 1.0)
 
 
 def write_database(
