@@ -22,6 +22,7 @@ from tensortune.errors import TensortuneError
 from tensortune.model.frontend import ModelProgram
 from tensortune.model.scheduler import TaskState, model_seconds, next_task
 from tensortune.model.tasks import ModelTask, extract_tasks
+from tensortune.templates.metaschedule import MetaScheduleTemplate
 
 #: Trials a task gets at a time (and first of all): one batch of `tensortune.tune`.
 BATCH = 8
@@ -37,7 +38,7 @@ class ModelTuning:
         tasks: Its tasks, heaviest first.
         studies: Per task, its study (None for a task whose space has no knobs, or not begun).
         study_names: Per task, the name of its study.
-        tunable: Per task, whether its design space has knobs to search.
+        templates: Per task, its MetaSchedule design space (made once, used for every batch).
     """
 
     program: ModelProgram
@@ -45,7 +46,12 @@ class ModelTuning:
     tasks: list[ModelTask]
     studies: list[optuna.Study | None]
     study_names: list[str] = dataclasses.field(default_factory=list)
-    tunable: list[bool] = dataclasses.field(default_factory=list)
+    templates: list[MetaScheduleTemplate] = dataclasses.field(default_factory=list)
+
+    @property
+    def tunable(self) -> list[bool]:
+        """Per task, whether its design space has knobs to search."""
+        return [bool(template.knobs) for template in self.templates]
 
     def states(self) -> list[TaskState]:
         """The scheduler's view of the tunable tasks (those with a study)."""
@@ -148,18 +154,11 @@ def _tune_batches(
     measurers: dict[int, _KeptOpen],
 ) -> None:
     from tensortune.measure import Measurer
-    from tensortune.templates.metaschedule import MetaScheduleTemplate
     from tensortune.tuning import tune
 
-    tasks, studies, tunable, names = (
-        tuning.tasks,
-        tuning.studies,
-        tuning.tunable,
-        tuning.study_names,
-    )
-    spec = tuning.target
+    tasks, studies, names, spec = tuning.tasks, tuning.studies, tuning.study_names, tuning.target
+    indices = [i for i, knobs in enumerate(tuning.tunable) if knobs]
     while True:
-        indices = [i for i, knobs in enumerate(tunable) if knobs]
         states = [task_state(tasks[i], studies[i]) for i in indices]
         done = sum(s.trials for s in states)
         if done >= total_trials or not indices:
@@ -169,8 +168,7 @@ def _tune_batches(
         count = min(batch_size, total_trials - done)
         before = states[indices.index(pick)].trials
         if pick not in measurers:
-            template = MetaScheduleTemplate(task.workload(), spec)
-            measurers[pick] = _KeptOpen(Measurer(template, spec))
+            measurers[pick] = _KeptOpen(Measurer(tuning.templates[pick], spec))
         studies[pick] = tune(
             task.workload(),
             spec,
@@ -184,11 +182,14 @@ def _tune_batches(
             space="metaschedule",
             measurer=measurers[pick],
         )
-        estimate = tuning.estimate_s()
+        # The other tasks' states stand as read at the top of the loop: one study read here.
+        states[indices.index(pick)] = picked = task_state(task, studies[pick])
+        begun = [state for i, state in zip(indices, states, strict=True) if studies[i] is not None]
+        estimate = model_seconds(begun)  # what `ModelTuning.estimate_s` gives, without a reread
         shown = f"{estimate * 1e3:.3f} ms" if math.isfinite(estimate) else "not yet known"
         say(
             f"[{done + count}/{total_trials}] {task.name} (x{task.weight}): "
-            f"best {task_state(task, studies[pick]).best * 1e6:.1f} us; model estimate {shown}"
+            f"best {picked.best * 1e6:.1f} us; model estimate {shown}"
         )
 
 
@@ -237,15 +238,12 @@ def model_tuning(
     # A tuning run opens it with heartbeats, so that it can fail a killed run's trials.
     db = open_storage(storage, must_exist=not create, heartbeat=create)
     names = [f"{default_study_name(t.workload(), spec)}@metaschedule" for t in tasks]
-    tunable = [_has_knobs(t, spec) for t in tasks]
-    studies = [_load(db, n) if knobs else None for n, knobs in zip(names, tunable, strict=True)]
-    return ModelTuning(program, spec, tasks, studies, names, tunable)
-
-
-def _has_knobs(task: ModelTask, target: dict[str, Any]) -> bool:
-    from tensortune.templates.metaschedule import MetaScheduleTemplate
-
-    return bool(MetaScheduleTemplate(task.workload(), target).knobs)
+    templates = [MetaScheduleTemplate(t.workload(), spec) for t in tasks]
+    studies = [
+        _load(db, name) if template.knobs else None
+        for name, template in zip(names, templates, strict=True)
+    ]
+    return ModelTuning(program, spec, tasks, studies, names, templates)
 
 
 def _load(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
