@@ -235,8 +235,11 @@ def make_sampler(
     raise TensortuneError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
 
-def default_study_name(workload: Workload, target: dict[str, Any]) -> str:
-    return f"{workload.key}@{describe(target)}"
+def default_study_name(workload: Workload, target: dict[str, Any], space: str = SPACES[0]) -> str:
+    """``"<workload key>@<target>"``, with ``"@<space>"`` for a space other than the
+    hand-written template's (default: the template's), so that the two never share a study."""
+    name = f"{workload.key}@{describe(target)}"
+    return name if space == SPACES[0] else f"{name}@{space}"
 
 
 def tune(
@@ -338,9 +341,7 @@ def tune(
         sampler = make_sampler(
             sampler or SAMPLERS[0], seed, template=template, batch_size=batch_size
         )
-    name = default_study_name(workload, spec) if study_name is None else study_name
-    if study_name is None and space != SPACES[0]:
-        name += f"@{space}"
+    name = default_study_name(workload, spec, space) if study_name is None else study_name
     if study_name is None and device is not None:
         name += f"@{device.key}"
     if not name.strip():

@@ -237,7 +237,7 @@ def model_tuning(
         raise TensortuneError(f"{program.name} has no kernel to tune")
     # A tuning run opens it with heartbeats, so that it can fail a killed run's trials.
     db = open_storage(storage, must_exist=not create, heartbeat=create)
-    names = [f"{default_study_name(t.workload(), spec)}@metaschedule" for t in tasks]
+    names = [default_study_name(t.workload(), spec, "metaschedule") for t in tasks]
     templates = [MetaScheduleTemplate(t.workload(), spec) for t in tasks]
     studies = [
         _load(db, name) if template.knobs else None
