@@ -93,12 +93,18 @@ COSTMODEL_VARIANTS: dict[str, dict] = {
     "costmodel-refit0": {"refit_growth": 0.0},
     # The search before issue 19: one-knob annealing over program ("curve") features.
     "costmodel-anneal": {"search": "anneal", "feature_set": "curve"},
+    # Program features (every candidate lowered through TVM) where the default reads knobs.
+    "costmodel-curve": {"feature_set": "curve"},
 }
 PEERS = ("tpe", "gp", "random", "metaschedule")
 #: Tuners that search MetaSchedule's design space (`tensortune.templates.MetaScheduleTemplate`)
 #: instead of the template's, by the tuner they run there: beside ``metaschedule`` they compare
 #: searches over one space.
-IN_METASCHEDULE_SPACE = {"costmodel-ms": "costmodel", "tpe-ms": "tpe"}
+IN_METASCHEDULE_SPACE = {
+    "costmodel-ms": "costmodel",
+    "costmodel-ms-curve": "costmodel-curve",
+    "tpe-ms": "tpe",
+}
 TUNERS = (*COSTMODEL_VARIANTS, *PEERS, *IN_METASCHEDULE_SPACE)
 MAIN_TUNERS = ("costmodel", "tpe", "gp", "random", "metaschedule")
 QUICK_TUNERS = ("costmodel", "tpe", "metaschedule")

@@ -115,3 +115,37 @@ def test_knob_features_rank_measured_configs_and_shuffled_cannot():
 
     assert median_tau(X) > 0.25
     assert median_tau(X[np.random.default_rng(100).permutation(len(y))]) < 0.1
+
+
+def test_decision_rows_read_tile_extents_from_any_templates_knobs():
+    """MetaSchedule's space has no loop nest known ahead: its rows come from the decisions,
+    the same in a batch as one by one, and with the row length the extractor reports."""
+    from tensortune.features.decisions import DecisionFeatures
+    from tensortune.target import target_spec
+    from tensortune.templates import MetaScheduleTemplate
+
+    template = MetaScheduleTemplate(tensortune.get_workload("matmul", 64, 64, 64), target_spec())
+    features = DecisionFeatures(template)
+    extractor = FeatureExtractor(template, "knob")
+    assert extractor.length == features.length
+    knobs = template.knobs
+    tiles = [k for k in knobs if isinstance(k.choices[0], str) and "x" in k.choices[0]]
+    assert tiles, [k.name for k in knobs]
+    space = KnobSpace(knobs)
+    configs = [space.decode(r) for r in random_configs(space.sizes, 20, np.random.default_rng(0))]
+    rows = extractor(configs)
+    assert rows.shape == (20, features.length) and np.isfinite(rows).all()
+    assert np.array_equal(rows[3], extractor([configs[3]])[0])
+    # The first tile knob's columns: log2 of each factor, then of the extent inside each level.
+    first = next(i for i, k in enumerate(knobs) if k is tiles[0])
+    column = sum(features._tables[j].shape[1] for j in range(first))
+    factors = [int(f) for f in configs[0][tiles[0].name].split("x")]
+    levels = len(factors)
+    assert rows[0, column : column + levels].tolist() == [np.log2(f) for f in factors]
+    inside = [np.log2(np.prod(factors[i:])) for i in range(levels)]
+    assert np.allclose(rows[0, column + levels : column + 2 * levels], inside)
+    assert rows[0, column + levels] == np.log2(64)  # the whole loop inside its outermost level
+    # Configs that differ in one decision get different rows.
+    other = dict(configs[0])
+    other[tiles[0].name] = next(v for v in tiles[0].choices if v != configs[0][tiles[0].name])
+    assert not np.array_equal(extractor([other])[0], rows[0])

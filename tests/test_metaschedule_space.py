@@ -222,6 +222,8 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     )  # fmt: skip
     assert study.study_name.endswith("@metaschedule")
     assert study.user_attrs["space"] == "metaschedule"
+    # A study of its own on a CPU ranks by the decisions, not by lowering every candidate.
+    assert sampler.feature_set == "knob"
     # optuna-dashboard's note of the study says which space it searches.
     assert "- **search space** `metaschedule`" in study_note(study, sampler)
     trials = study.get_trials(deepcopy=False)

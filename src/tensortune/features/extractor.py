@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensortune.features.decisions import DecisionFeatures
 from tensortune.features.encodings import (
     curve_features,
     curve_length,
@@ -27,14 +28,16 @@ if TYPE_CHECKING:
 
 #: Feature sets by name: the relation encoding (length independent of the operator), the
 #: per-loop encoding, TVM MetaSchedule's per-store features, and the loop tree itself (the
-#: TreeGRU's input, see `tensortune.features.loop_tree`), and the CPU template's knob-level
-#: features (`tensortune.features.knob`: no TVM lowering, ~1000x cheaper). The first is the
-#: default.
+#: TreeGRU's input, see `tensortune.features.loop_tree`), and knob-level features (no TVM
+#: lowering, ~1000x cheaper: the CPU template's loop nest from its knobs,
+#: `tensortune.features.knob`; any other template's decisions, `tensortune.features.decisions`).
+#: The first is the default.
 FEATURE_SETS = ("curve", "itervar", "per-store", "loop-tree", "knob")
 
 
 def feature_length(feature_set: str) -> int:
-    """Length of one row of `feature_set` (with the default encoding sizes)."""
+    """Length of one row of `feature_set` (with the default encoding sizes; ``"knob"``: the CPU
+    template's, see `FeatureExtractor.length` for another template's)."""
     if feature_set == "curve":
         return curve_length(24, 3)
     if feature_set == "itervar":
@@ -46,6 +49,30 @@ def feature_length(feature_set: str) -> int:
     if feature_set == "knob":
         return KNOB_LENGTH
     raise ValueError(f"unknown feature set {feature_set!r}; choose one of {FEATURE_SETS}")
+
+
+def knob_features(template: Template) -> KnobFeatures | DecisionFeatures:
+    """The knob-level featurizer of `template`: the loop-nest one for the CPU template, the
+    decision one for any other."""
+    from tensortune.templates import CpuTemplate
+
+    if isinstance(template, CpuTemplate):
+        return KnobFeatures(template)
+    return DecisionFeatures(template)
+
+
+def knob_features_fit(template: Template) -> bool:
+    """Whether knob-level features can stand in for program features on `template` in a study
+    of its own: on the CPU template, and on MetaSchedule's space for a CPU. They rank the
+    configs of a study almost as well as ``curve`` there (``studies/space_features.py``) at
+    ~1000x less cost, but cannot see a config the postprocessors reject, which on a CPU none
+    of 300 random ones was; on a GPU many are (thread and memory limits), and lowering finds
+    them before they are built."""
+    from tensortune.templates import CpuTemplate, MetaScheduleTemplate
+
+    if isinstance(template, CpuTemplate):
+        return True
+    return isinstance(template, MetaScheduleTemplate) and template.target.get("kind") == "llvm"
 
 
 class FeatureExtractor:
@@ -69,12 +96,12 @@ class FeatureExtractor:
     ) -> None:
         self.template = template
         self.feature_set = feature_set
-        self.length = feature_length(feature_set)
-        self.cache_size = cache_size or max(1000, 80_000_000 // (4 * self.length))
         self._cache: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
         self._per_store: PerStoreExtractor | None = None
         # Knob features need no cache: computing a row costs less than looking one up.
-        self.knob = KnobFeatures(template) if feature_set == "knob" else None
+        self.knob = knob_features(template) if feature_set == "knob" else None
+        self.length = self.knob.length if self.knob is not None else feature_length(feature_set)
+        self.cache_size = cache_size or max(1000, 80_000_000 // (4 * self.length))
 
     def key(self, config: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(config[knob.name] for knob in self.template.knobs)

@@ -83,6 +83,7 @@ class KnobFeatures:
             raise ValueError("knob features describe the llvm CPU template only")
         program, splits = template.program, template.splits
         self.template = template
+        self.length = LENGTH
         self.cores = cores or host_cores()
         knobs = list(template.knobs)
         self._column = {k.name: i for i, k in enumerate(knobs)}

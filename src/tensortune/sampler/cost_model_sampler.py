@@ -75,10 +75,12 @@ class CostModelSampler(BaseSampler):
             trials on in 256-trial studies of matmul 1024 and conv2d C7 (3 seeds,
             ``studies/README.md``) and transfers better across operators.
         feature_set: Program features, one of `tensortune.features.FEATURE_SETS`. Default
-            None: for xgb on the CPU template without `source_studies` ``"knob"``
-            (`tensortune.features.knob`, computed from the knob values without TVM, so a round
-            can score 10^4 configs; it ranks recorded configs as well as ``"curve"``, but
-            transfers from other shapes worse), else the model's own: ``"curve"`` for
+            None: for xgb without `source_studies`, on the CPU template or MetaSchedule's
+            space for a CPU (`tensortune.features.knob_features_fit`), ``"knob"``
+            (`tensortune.features.knob` and `tensortune.features.decisions`, computed from the
+            knob values without TVM, so a round can score 10^4 configs; it ranks recorded
+            configs about as well as ``"curve"``, but transfers from other shapes worse), else
+            the model's own: ``"curve"`` for
             xgb (operator-independent, so prior studies of other operators can train it) and
             ``"loop-tree"`` for treegru, which reads nothing else.
         search: How a round looks for candidates, one of
@@ -386,15 +388,17 @@ class CostModelSampler(BaseSampler):
     def _reset(self, template: Template, drop_sources: bool = False) -> None:
         """Start over on `template`; with `drop_sources`, as a cold study (the sources all
         weigh nothing: the rest of the start-up design, the cold feature set)."""
-        from tensortune.features import FeatureExtractor
-        from tensortune.templates import CpuTemplate
+        from tensortune.features import FeatureExtractor, knob_features_fit
 
         if self._feature_choice is None:
-            cpu_xgb = self.cost_model == "xgb" and isinstance(template, CpuTemplate)
             # Prior studies of another shape taught the model more through program features:
             # warm proposals for matmul 128 from a 192x96x160 study re-timed at a median 44-56
             # GFLOP/s with curve features against 30 with knob features (16 configs each).
-            knob = cpu_xgb and (drop_sources or not self.warm.studies)
+            knob = (
+                self.cost_model == "xgb"
+                and knob_features_fit(template)
+                and (drop_sources or not self.warm.studies)
+            )
             self.feature_set = "knob" if knob else COST_MODELS[self.cost_model]
         self.settings = dataclasses.replace(
             self.settings, evolution=evolve_sizes(self.feature_set == "knob")
