@@ -242,6 +242,13 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     kernel = load_kernel(export_best(study, str(tmp_path / "kernel")))
     assert kernel.manifest["space"] == "metaschedule"
     kernel.check()
+    # Its decision features describe its own knobs: no other study learns from them, and
+    # nothing is measured before that is said.
+    warm = CostModelSampler(source_studies=[study], feature_set="knob", seed=0)
+    other = get_workload("matmul", 32, 32, 32)
+    with pytest.raises(TensortuneError, match="do not compare with another study's"):
+        tensortune.tune(other, "llvm", 2, storage=storage_url, sampler=warm,
+                        settings=fast_settings, show_progress=False)  # fmt: skip
 
 
 USER_MODULE = """

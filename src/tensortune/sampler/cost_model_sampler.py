@@ -433,7 +433,8 @@ class CostModelSampler(BaseSampler):
             self._encoded.clear()
         history = read_history(study, self._space, fresh=fresh, memo=self._encoded)
         n_measured = int(np.isfinite(history.values).sum())
-        warm = self.warm.load(study, self.feature_set) is not None
+        assert self._extractor is not None
+        warm = self.warm.load(study, self.feature_set, self._extractor.length) is not None
         if not warm and (n_measured < self.n_startup_trials or n_measured < 2):
             return self._startup_config(history.taken), "startup", float("nan")
         if warm and n_measured < self.n_startup_trials and number % 2:

@@ -136,6 +136,13 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
             values.append(history.values)
         decoded = [space.decode(r) for r in np.concatenate(configs)]
         scaled = training_targets(np.concatenate(values))
+        if extractor.length != feature_length(feature_set):
+            # Decision features (any template but the CPU one) describe their own knobs only.
+            raise TensortuneError(
+                f"the {feature_set!r} rows of source study {first.study_name!r} "
+                f"({study_space(first)} space) do not compare with another study's: "
+                "transfer from it with feature_set='curve'"
+            )
         rows = extractor(decoded)
         usable = ~np.isnan(rows).any(axis=1)
         features.append(rows[usable])

@@ -69,12 +69,16 @@ class WarmStart:
         found = find_sources(study._storage, workload, target, exclude=study.study_name)
         self.studies = [source for source, _ in found]
 
-    def load(self, study: optuna.Study, feature_set: str) -> SourceRows | None:
+    def load(
+        self, study: optuna.Study, feature_set: str, length: int | None = None
+    ) -> SourceRows | None:
         """The sources' rows in `feature_set`, read once; None without sources or dropped.
+        `length`: the length of the study's own rows (default None: not checked).
 
         Raises:
             TensortuneError: Where `study` records no target, or a source is of another
-                target, has no completed trial or was not made by tensortune.
+                target, has no completed trial or was not made by tensortune, or the sources'
+                rows are not as long as the study's (decision features of another template).
         """
         if not self.studies or isinstance(self.studies, str) or self.dropped:
             return None
@@ -87,7 +91,13 @@ class WarmStart:
                     "tensortune.storage.create_study"
                 )
             check_sources(self.studies, target, study.study_name)
-            self._rows = load_sources(self.studies, feature_set)
+            rows = load_sources(self.studies, feature_set)
+            if length is not None and rows.features.shape[1] != length:
+                raise TensortuneError(
+                    f"study {study.study_name!r} has {feature_set!r} rows of its own decisions, "
+                    "which no source's compare with: transfer to it with feature_set='curve'"
+                )
+            self._rows = rows
         return self._rows
 
     def judges(self, make_model: Callable[[], CostModel]) -> list[CostModel | None]:
