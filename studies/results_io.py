@@ -11,10 +11,13 @@ import optuna
 
 
 def write_csv(path: str, rows: list[dict]) -> None:
-    """Write `rows` (dicts with the same keys) to `path`, creating its folder."""
+    """Write `rows` to `path`, creating its folder. The columns are every key of the rows in
+    the order first met (runs of different lengths merged have different checkpoints), blank
+    where a row lacks one."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
 
