@@ -55,7 +55,6 @@ class DecisionFeatures:
     def __init__(self, template: Template) -> None:
         self.template = template
         knobs = list(template.knobs)
-        self._choices = [{v: i for i, v in enumerate(k.choices)} for k in knobs]
         # Per knob, a table (n_choices, columns) that a config's choice index selects a row of.
         self._tables: list[np.ndarray] = []
         groups: dict[int, list[tuple[int, int]]] = {}  # levels -> [(knob, first column)]
@@ -80,12 +79,9 @@ class DecisionFeatures:
 
     def __call__(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Rows of configs given as knob values: a ``(len(configs), length)`` float32 array."""
-        knobs = self.template.knobs
-        indices = np.array(
-            [[self._choices[j][c[k.name]] for j, k in enumerate(knobs)] for c in configs],
-            dtype=np.int64,
-        ).reshape(len(configs), len(knobs))
-        return self.from_indices(indices)
+        from tensortune.templates.knobs import choice_indices
+
+        return self.from_indices(choice_indices(self.template.knobs, configs))
 
     def from_indices(self, indices: np.ndarray) -> np.ndarray:
         """Rows of configs given as choice indices ``(n, m)`` in the template's knob order."""

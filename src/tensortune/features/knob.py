@@ -116,12 +116,9 @@ class KnobFeatures:
     # -- public ------------------------------------------------------------------------------
     def __call__(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
         """Rows of configs given as knob values: a ``(len(configs), LENGTH)`` float32 array."""
-        knobs = self.template.knobs
-        indices = np.array(
-            [[self._choices[j][c[k.name]] for j, k in enumerate(knobs)] for c in configs],
-            dtype=np.int64,
-        ).reshape(len(configs), len(knobs))
-        return self.from_indices(indices)
+        from tensortune.templates.knobs import choice_indices
+
+        return self.from_indices(choice_indices(self.template.knobs, configs))
 
     def from_indices(self, indices: np.ndarray) -> np.ndarray:
         """Rows of configs given as choice indices ``(n, m)`` in the template's knob order."""

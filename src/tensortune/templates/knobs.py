@@ -37,6 +37,18 @@ def factorizations(extent: int, levels: int, max_innermost: int) -> list[tuple[i
     return out
 
 
+def choice_indices(knobs: Sequence[ChoiceKnob], configs: Sequence[Any]) -> Any:
+    """Configs (mappings of knob name → value) as an ``(n, len(knobs))`` int64 NumPy array of
+    each value's position among its knob's choices."""
+    import numpy as np
+
+    positions = [{v: i for i, v in enumerate(k.choices)} for k in knobs]
+    return np.array(
+        [[where[c[k.name]] for where, k in zip(positions, knobs, strict=True)] for c in configs],
+        dtype=np.int64,
+    ).reshape(len(configs), len(knobs))
+
+
 @dataclasses.dataclass(frozen=True)
 class ChoiceKnob:
     """A categorical decision among readable values."""
