@@ -10,6 +10,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   half-life alone, whatever their ranking (the weighting before the evidence);
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
+- ``warm-relative``: the same with ``source_weighting="relative"``: a source keeps full weight
+  only while it ranks the target's configs as well as they rank each other (cross-validated);
 - ``warm-knob``: the same with ``feature_set="knob"``: the sources' rows and the study's own
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
@@ -112,7 +114,7 @@ KINDS = {
 }
 #: --quick: another matmul shape → matmul 128, 16 trials, one seed.
 QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
-MODES = ("cold", "warm", "warm-decay", "warm-model", "warm-knob", "enqueue")
+MODES = ("cold", "warm", "warm-decay", "warm-model", "warm-relative", "warm-knob", "enqueue")
 CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64
 #: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.
@@ -181,7 +183,7 @@ def run_target(
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
         source_starts=0 if mode == "warm-model" else 16,
-        source_weighting="decay" if mode == "warm-decay" else "evidence",
+        source_weighting={"warm-decay": "decay", "warm-relative": "relative"}.get(mode, "evidence"),
         feature_set="knob" if mode == "warm-knob" else None,
     )
     start = time.perf_counter()

@@ -18,6 +18,7 @@ from tensortune.sampler.transfer import (
     FULL_TAU,
     MIN_EVIDENCE,
     find_sources,
+    local_tau,
     program_distance,
     source_weight,
     source_weights,
@@ -48,6 +49,33 @@ def test_source_weights_follow_the_evidence():
     assert source_weights(taus, 40, 32.0, "decay") == pytest.approx([0.5 ** (40 / 32)] * 5)
     with pytest.raises(ValueError, match="unknown weighting 'trust'"):
         source_weights(taus, 40, 32.0, "trust")
+
+
+def test_relative_weights_ask_a_source_to_rank_as_well_as_the_studys_own_configs():
+    taus = np.array([0.9, 0.4, 0.0])
+    decay = source_weight(40, 32.0)
+    # Own configs that rank each other at 0.8: a source at 0.4 keeps half, not 80 %.
+    found = source_weights(taus, 40, 32.0, "relative", own_tau=0.8)
+    assert found == pytest.approx([decay, decay / 2, 0.0])
+    # Below FULL_TAU, or unknown, the bar stays FULL_TAU: "evidence" as it was.
+    for own in (0.2, float("nan")):
+        assert source_weights(taus, 40, 32.0, "relative", own_tau=own) == pytest.approx(
+            source_weights(taus, 40, 32.0, "evidence")
+        )
+
+
+def test_local_tau_is_how_well_the_studys_own_rows_predict_each_other():
+    from tensortune.cost_model import BootstrapXGBModel
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(64, 3))
+    make = lambda: BootstrapXGBModel(n_models=1, seed=0)  # noqa: E731
+    # Throughput that follows the first feature ranks well out of fold; noise does not.
+    assert local_tau(make, X, X[:, 0] + 0.1 * rng.normal(size=64)) > 0.6
+    assert abs(local_tau(make, X, rng.normal(size=64))) < 0.3
+    # Too short to fold, or all alike: nothing to say.
+    assert math.isnan(local_tau(make, X[:5], X[:5, 0]))
+    assert math.isnan(local_tau(make, X, np.ones(64)))
 
 
 def test_program_distance_puts_the_same_operator_and_sizes_first():

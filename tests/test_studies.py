@@ -499,16 +499,16 @@ def test_record_configs_writes_measured_configs(tmp_path):
 @pytest.mark.slow
 def test_transfer_quick(tmp_path):
     rows = run_quick("transfer.py", tmp_path)
-    modes = ["cold", "warm", "warm-decay", "warm-model", "warm-knob", "enqueue"]
+    modes = ["cold", "warm", "warm-decay", "warm-model", "warm-relative", "warm-knob", "enqueue"]
     assert [r["mode"] for r in rows] == modes
-    assert rows[5]["enqueued"] == "8"  # 8 source configs were moved into the space
+    assert rows[6]["enqueued"] == "8"  # 8 source configs were moved into the space
     for row in rows:
         assert float(row["best@16"]) > 0 and float(row["wall_s"]) > 0
         # Every mode's winner, and the vendor, re-timed side by side after tuning.
         assert float(row["retimed@16"]) > 0 and float(row["retimed_vendor"]) > 0
     with open(tmp_path / "transfer_curves.csv") as f:
         curves = list(csv.DictReader(f))
-    assert len(curves) == 6 * 16
+    assert len(curves) == 7 * 16
     # Each mode's trials to 90 % of the cold study's best, recomputed from its curve.
     by_mode = {r["mode"]: [c for c in curves if c["mode"] == r["mode"]] for r in rows}
     cold_best = float(by_mode["cold"][-1]["best_gflops"])

@@ -155,7 +155,10 @@ class CostModelSampler(BaseSampler):
             source workload alone ranks them, and the source keeps its decayed weight in
             proportion to that ranking's Kendall tau (full from
             `tensortune.sampler.transfer.FULL_TAU`, none at or below 0), so a source that
-            misleads stops counting; ``"decay"``: the half-life alone. Each round's weights
+            misleads stops counting; ``"relative"``: the same, but full trust needs a tau
+            as high as the study's own configs reach on each other (cross-validated, 4 more
+            one-member fits a round), so sources fade as the study outgrows them;
+            ``"decay"``: the half-life alone. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
         source_starts: How many of the sources' best configs (see
             `tensortune.sampler.transfer.project_config`) may start annealing chains while the

@@ -11,7 +11,13 @@ import numpy as np
 
 from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
-from tensortune.sampler.transfer import SourceRows, judge_taus, source_weights
+from tensortune.sampler.transfer import (
+    MIN_EVIDENCE,
+    SourceRows,
+    judge_taus,
+    local_tau,
+    source_weights,
+)
 from tensortune.search import (
     AnnealResult,
     EvolveResult,
@@ -133,7 +139,8 @@ def fit_cost_model(
     (``settings.source_weighting``): a decay as the study measures more of its own, times,
     with ``"evidence"``, how well that source's `judges` (one model per source workload,
     `tensortune.sampler.transfer.fit_judges`; default none: no evidence) rank the study's own
-    configs."""
+    configs; with ``"relative"`` against the bar of how well those configs rank each other
+    (`tensortune.sampler.transfer.local_tau`, a cross-validation of one-member models)."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
@@ -145,7 +152,18 @@ def fit_cost_model(
         return Fit(model, X, y, np.empty(0), np.empty(0))
     taus = judge_taus(judges, X, y) if judges else np.full(len(prior.workloads), np.nan)
     n_local = len(history.values)
-    weights = source_weights(taus, n_local, settings.source_half_life, settings.source_weighting)
+    own_tau = float("nan")
+    if settings.source_weighting == "relative" and n_local >= MIN_EVIDENCE:
+        own_tau = local_tau(
+            lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed), X, y, seed
+        )
+    weights = source_weights(
+        taus,
+        n_local,
+        settings.source_half_life,
+        settings.source_weighting,
+        own_tau=own_tau,
+    )
     row_weights = weights[prior.groups - 1]  # groups count from 1
     kept = row_weights > 0  # a source with no weight is left out, not fit at weight 0
     model.fit(

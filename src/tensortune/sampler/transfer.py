@@ -35,8 +35,12 @@ if TYPE_CHECKING:
 
 #: How source rows weigh next to the study's own; the first is the default. ``"evidence"``:
 #: the `source_weight` decay times how well each source ranks the study's own measured configs
-#: (`source_weights`); ``"decay"``: the decay alone, whatever the source's ranking.
-SOURCE_WEIGHTINGS = ("evidence", "decay")
+#: (`source_weights`); ``"relative"``: the same, with the bar for full trust raised to how well
+#: the study's own configs rank each other (`local_tau`), so a source fades once the study
+#: knows more than it does; ``"decay"``: the decay alone, whatever the source's ranking.
+SOURCE_WEIGHTINGS = ("evidence", "relative", "decay")
+#: Folds of `local_tau`'s cross-validation.
+LOCAL_FOLDS = 4
 #: The study's own measured configs before a source's ranking of them counts: with fewer, one
 #: swapped pair moves Kendall's tau by more than 0.05 and the decay alone decides.
 MIN_EVIDENCE = 8
@@ -224,6 +228,27 @@ def judge_taus(judges: Sequence[CostModel | None], X: np.ndarray, y: np.ndarray)
     return taus
 
 
+def local_tau(
+    make_model: Callable[[], CostModel], X: np.ndarray, y: np.ndarray, seed: int = 0
+) -> float:
+    """How well the study's own configs rank each other: Kendall's tau of `LOCAL_FOLDS`-fold
+    cross-validated predictions (a model made by `make_model` per fold, trained on the other
+    folds) against `y`; NaN where `y` cannot be ranked or is too short to fold. The folds are
+    drawn with `seed` (default 0)."""
+    from tensortune.cost_model import kendall_tau
+
+    if len(y) < 2 * LOCAL_FOLDS or np.ptp(y) == 0:
+        return float("nan")
+    fold = np.random.default_rng(seed).permutation(len(y)) % LOCAL_FOLDS
+    predicted = np.empty(len(y))
+    for k in range(LOCAL_FOLDS):
+        held = fold == k
+        if np.ptp(y[~held]) == 0:
+            return float("nan")
+        predicted[held] = make_model().fit(X[~held], y[~held]).predict(X[held])[0]
+    return kendall_tau(predicted, y)
+
+
 def source_weights(
     taus: np.ndarray,
     n_local: int,
@@ -231,6 +256,7 @@ def source_weights(
     weighting: str = SOURCE_WEIGHTINGS[0],
     min_evidence: int = MIN_EVIDENCE,
     full_tau: float = FULL_TAU,
+    own_tau: float = float("nan"),
 ) -> np.ndarray:
     """Weight of one row of each source workload next to a local row's 1.
 
@@ -240,16 +266,22 @@ def source_weights(
         half_life: See `source_weight`, the decay every weighting starts from.
         weighting: One of `SOURCE_WEIGHTINGS`. Default ``"evidence"``: with at least
             `min_evidence` local configs, the decay times ``clip(tau / full_tau, 0, 1)``; a
-            NaN tau (nothing to rank yet) keeps the decay alone.
+            NaN tau (nothing to rank yet) keeps the decay alone. ``"relative"``: the same with
+            ``max(full_tau, own_tau)`` in place of `full_tau`.
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
+        own_tau: How well the study's own configs rank each other (`local_tau`), read by
+            ``"relative"`` only. Default NaN: not known, `full_tau` alone.
     """
     if weighting not in SOURCE_WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
     decay = np.full(len(taus), source_weight(n_local, half_life))
     if weighting == "decay" or n_local < min_evidence:
         return decay
-    trust = np.clip(np.nan_to_num(taus, nan=full_tau) / full_tau, 0.0, 1.0)
+    bar = full_tau
+    if weighting == "relative" and np.isfinite(own_tau):
+        bar = max(full_tau, own_tau)
+    trust = np.clip(np.nan_to_num(taus, nan=bar) / bar, 0.0, 1.0)
     return decay * trust
 
 
