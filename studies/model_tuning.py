@@ -7,7 +7,13 @@ sequence 128; random weights) and each budget, ours tunes through `tensortune.mo
 ``tune_relax``'s own steps (task extraction, gradient task scheduler, evolutionary search,
 XGBoost) with the same total trials, from scratch for each budget. Every built model and every
 framework is then timed round-robin over `ROUNDS` rounds, in one process, so that drift hits
-all alike; each build's outputs are checked against PyTorch eager. Writes under ``--out``
+all alike; each build's outputs are checked against PyTorch eager.
+
+A killed run goes on where it stopped when run again with the same ``--work``: our task studies
+resume, MetaSchedule's databases of finished budgets are built again without tuning, each
+finished (system, budget)'s tuning seconds are kept in ``<model>-seconds.json``, and a model
+timed to the end is read back from ``<model>-results-<budgets>.json``. Our seconds of a budget
+cut by the kill count from the rerun only. Writes under ``--out``
 (default ``studies/results/models/``):
 
 - ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
@@ -22,7 +28,9 @@ all alike; each build's outputs are checked against PyTorch eager. Writes under 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -118,9 +126,12 @@ def vm_call(executable: Any, inputs: list[np.ndarray]) -> Callable[[], Any]:
     return lambda: vm["main"](*args)
 
 
-def metaschedule(program: Any, target: dict, budget: int, work_dir: str, seed: int) -> Any:
+def metaschedule(
+    program: Any, target: dict, budget: int, work_dir: str, seed: int, tune: bool = True
+) -> Any:
     """MetaSchedule's ``tune_relax`` steps for `budget` trials, with our build threads and
-    its own runner; returns the model built with its database."""
+    its own runner; returns the model built with its database. With `tune` False (default
+    True) the database a finished earlier run left in `work_dir` is built as it is."""
     import logging
 
     import tvm
@@ -129,6 +140,9 @@ def metaschedule(program: Any, target: dict, budget: int, work_dir: str, seed: i
     # Its per-task tables and XGBoost iterations still go to work_dir/logs.
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tvm_target = make_target(target)
+    if not tune:
+        database = ms.database.JSONDatabase(work_dir=work_dir)
+        return ms.relax_integration.compile_relax(database, program.mod, tvm_target, None)
     with tvm_target:
         fused = tvm.transform.Sequential(fusion_passes(tvm_target))(program.mod)
     extracted = ms.relax_integration.extract_tasks(fused, tvm_target)
@@ -173,6 +187,29 @@ def task_rows(name: str, tuning: ModelTuning, inputs_seed: int = 0) -> list[dict
     return rows
 
 
+class Ledger:
+    """Seconds by key in a JSON file, each written as soon as it is known."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                self.seconds = json.load(f)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.seconds
+
+    def __getitem__(self, key: str) -> float:
+        return self.seconds[key]
+
+    def record(self, key: str, seconds: float) -> None:
+        self.seconds[key] = seconds
+        with open(self.path + ".tmp", "w") as f:
+            json.dump(self.seconds, f, indent=1)
+        os.replace(self.path + ".tmp", self.path)
+
+
 def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[list, list]:
     net, example = model_zoo.model(name)
     print(f"{name}: {model_zoo.describe(net)}", flush=True)
@@ -186,25 +223,36 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     check_outputs(run(untuned, inputs), expected)
     calls["tvm-untuned"] = vm_call(untuned, inputs)
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
-    tuning_s: dict[str, float] = {}
-    tuning, spent = None, 0.0  # our budgets resume one study set: their seconds add up
+    # Tuning seconds of every finished (system, budget), kept so that a killed run goes on
+    # from the last finished one: ours resume their studies, MetaSchedule's databases stay.
+    ledger = Ledger(os.path.join(args.work, f"{name}-seconds.json"))
+    tuning = None
+    previous = 0.0  # our budgets resume one study set: their seconds add up
     for budget in budgets:
+        key = f"tensortune@{budget}"
         start = time.perf_counter()
         tuning = tune_model(program, budget, target, storage=storage, seed=args.seed)
-        spent += time.perf_counter() - start
-        tuning_s[f"tensortune@{budget}"] = spent
+        if key not in ledger:
+            ledger.record(key, previous + time.perf_counter() - start)
+        previous = ledger[key]
         database = os.path.join(folder, f"db-{budget}")
         write_database(tuning.tasks, tuning.studies, tuning.target, database)
         tuned = build(program, target, database)
         check_outputs(run(tuned, inputs), expected)
-        calls[f"tensortune@{budget}"] = vm_call(tuned, inputs)
+        calls[key] = vm_call(tuned, inputs)
         if args.metaschedule:
+            key = f"metaschedule@{budget}"
+            work_dir = os.path.join(args.work, f"{name}-ms-{budget}")
+            if key not in ledger:
+                shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
             start = time.perf_counter()
-            built = metaschedule(program, target, budget, os.path.join(folder, f"ms-{budget}"),
-                                 args.seed)  # fmt: skip
-            tuning_s[f"metaschedule@{budget}"] = time.perf_counter() - start
+            built = metaschedule(program, target, budget, work_dir, args.seed,
+                                 tune=key not in ledger)  # fmt: skip
+            if key not in ledger:
+                ledger.record(key, time.perf_counter() - start)
             check_outputs(run(built, inputs), expected)
-            calls[f"metaschedule@{budget}"] = vm_call(built, inputs)
+            calls[key] = vm_call(built, inputs)
+    tuning_s = ledger.seconds
     seconds = round_robin({k: timer(call) for k, call in calls.items()}, args.rounds)
     eager = seconds["pytorch-eager"]
     rows = [
@@ -263,21 +311,32 @@ def main() -> None:
     parser.add_argument("--no-metaschedule", dest="metaschedule", action="store_false")
     parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
-    parser.add_argument("--work", default=os.path.join(HERE, "work", "models"))
+    parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
+                        "between runs (default studies/work/models; --quick: a fresh temporary "
+                        "folder)")  # fmt: skip
     parser.add_argument("--out", default=os.path.join(HERE, "results", "models"))
     parser.add_argument("--quick", action="store_true", help="a tiny CNN, 8 and 16 trials")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.quick:
         args.models, args.budgets, args.rounds = ["tiny-cnn"], [8, 16], 2
-        args.work = tempfile.mkdtemp()
+    if args.work is None:
+        args.work = tempfile.mkdtemp() if args.quick else os.path.join(HERE, "work", "models")
     if sorted(args.budgets) != args.budgets or min(args.budgets) < 1:
         parser.error("--budgets must be positive and ascending")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     rows, tasks = [], []
     for name in args.models:
-        found, per_task = run_model(name, args.budgets, args)
+        # A model finished by an earlier run (same budgets) is not tuned or timed again.
+        done = os.path.join(args.work, f"{name}-results-{'-'.join(map(str, args.budgets))}.json")
+        if os.path.exists(done):
+            with open(done) as f:
+                found, per_task = json.load(f)
+        else:
+            found, per_task = run_model(name, args.budgets, args)
+            with open(done, "w") as f:
+                json.dump([found, per_task], f)
         rows += found
         tasks += per_task
     write_csv(os.path.join(args.out, "model_tuning.csv"), rows)
