@@ -57,15 +57,16 @@ class DecisionFeatures:
         knobs = list(template.knobs)
         # Per knob, a table (n_choices, columns) that a config's choice index selects a row of.
         self._tables: list[np.ndarray] = []
-        groups: dict[int, list[tuple[int, int]]] = {}  # levels -> [(knob, first column)]
+        # Tile knobs by their number of levels: the first column of each one's tile extents.
+        groups: dict[int, list[int]] = {}
         column = 0
-        for j, knob in enumerate(knobs):
+        for knob in knobs:
             factors = _tile_factors(knob.choices)
             if factors is not None:
                 logs = np.log2(factors)
                 inside = np.cumsum(logs[:, ::-1], axis=1)[:, ::-1]  # tile extent per level
                 table = np.hstack([logs, inside])
-                groups.setdefault(factors.shape[1], []).append((j, column + factors.shape[1]))
+                groups.setdefault(factors.shape[1], []).append(column + factors.shape[1])
             elif all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in knob.choices):
                 table = np.log2(1.0 + np.abs(np.array(knob.choices, dtype=np.float64)))[:, None]
             else:
@@ -73,8 +74,8 @@ class DecisionFeatures:
             self._tables.append(table)
             column += table.shape[1]
         # Columns of the per-knob tile extents that each depth's volume sums, per group.
-        self._volumes = [[first for _, first in members] for _, members in sorted(groups.items())]
-        self._levels = [levels for levels in sorted(groups)]
+        self._volumes = [groups[levels] for levels in sorted(groups)]
+        self._levels = sorted(groups)
         self.length = column + sum(self._levels)
 
     def __call__(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
