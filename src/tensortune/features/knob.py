@@ -87,7 +87,7 @@ class KnobFeatures:
         self.cores = cores or host_cores()
         knobs = list(template.knobs)
         self._column = {k.name: i for i, k in enumerate(knobs)}
-        self._choices = [{v: i for i, v in enumerate(k.choices)} for k in knobs]
+        self._n_knobs = len(knobs)
         self.long = [a for a in program.axes if a.extent > 1]
         # Per long axis: its split's factors per choice, (n_choices, levels).
         self._factors = [
@@ -122,7 +122,7 @@ class KnobFeatures:
 
     def from_indices(self, indices: np.ndarray) -> np.ndarray:
         """Rows of configs given as choice indices ``(n, m)`` in the template's knob order."""
-        indices = np.asarray(indices, dtype=np.int64).reshape(-1, len(self._choices))
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1, self._n_knobs)
         out = np.zeros((len(indices), LENGTH), dtype=np.float32)
         order_col = self._column.get("order")
         inner_col = self._column.get("inner_axis")

@@ -108,7 +108,9 @@ def check_sources(
 _N_BEST = 32
 
 
-def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRows:
+def load_sources(
+    sources: Sequence[optuna.Study], feature_set: str, length: int | None = None
+) -> SourceRows:
     """The measured configs of `sources` as feature rows (check them with `check_sources`).
 
     Studies of one workload are pooled into one group and scaled together.
@@ -116,10 +118,24 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
     Args:
         sources: Prior tensortune studies, from any storage.
         feature_set: One of `tensortune.features.FEATURE_SETS`, the new study's.
+        length: The length of the new study's own rows. Default None: not checked.
+
+    Raises:
+        TensortuneError: If the new study's rows or a source's are not `feature_set`'s
+            length (`tensortune.features.feature_length`): decision features (``"knob"`` on
+            any template but the CPU one) describe their own template's knobs only. Checked
+            before any source is read.
     """
     from tensortune.features import FeatureExtractor, feature_length
     from tensortune.storage import study_space, study_target, study_workload
     from tensortune.templates import template_for
+
+    expected = feature_length(feature_set)
+    if length is not None and length != expected:
+        raise TensortuneError(
+            f"this study's {feature_set!r} rows describe its own decisions, which no source's "
+            "compare with: transfer to it with feature_set='curve'"
+        )
 
     # One group per workload and search space: the studies of a group share their knobs.
     by_workload: dict[tuple[str, str], list[optuna.Study]] = {}
@@ -133,6 +149,12 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
         template = template_for(study_workload(first), study_target(first), study_space(first))
         space = KnobSpace(template.knobs)
         extractor = FeatureExtractor(template, feature_set)
+        if extractor.length != expected:
+            raise TensortuneError(
+                f"the {feature_set!r} rows of source study {first.study_name!r} "
+                f"({study_space(first)} space) do not compare with another study's: "
+                "transfer from it with feature_set='curve'"
+            )
         configs, values = [], []
         for study in studies:
             history = read_history(study, space)
@@ -140,22 +162,14 @@ def load_sources(sources: Sequence[optuna.Study], feature_set: str) -> SourceRow
             values.append(history.values)
         decoded = [space.decode(r) for r in np.concatenate(configs)]
         scaled = training_targets(np.concatenate(values))
-        if extractor.length != feature_length(feature_set):
-            # Decision features (any template but the CPU one) describe their own knobs only.
-            raise TensortuneError(
-                f"the {feature_set!r} rows of source study {first.study_name!r} "
-                f"({study_space(first)} space) do not compare with another study's: "
-                "transfer from it with feature_set='curve'"
-            )
         rows = extractor(decoded)
         usable = ~np.isnan(rows).any(axis=1)
         features.append(rows[usable])
         targets.append(scaled[usable])
         ranked += [(float(scaled[i]), decoded[i]) for i in np.argsort(-scaled)[:_N_BEST]]
         groups.append(np.full(int(usable.sum()), group, dtype=np.int64))
-    d = feature_length(feature_set)
     return SourceRows(
-        features=np.concatenate(features) if features else np.empty((0, d), np.float32),
+        features=np.concatenate(features) if features else np.empty((0, expected), np.float32),
         targets=np.concatenate(targets) if targets else np.empty(0),
         groups=np.concatenate(groups) if groups else np.empty(0, np.int64),
         workloads=[w if space == "template" else f"{w} in {space}" for w, space in by_workload],

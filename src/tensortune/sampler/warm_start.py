@@ -78,7 +78,7 @@ class WarmStart:
         Raises:
             TensortuneError: Where `study` records no target, or a source is of another
                 target, has no completed trial or was not made by tensortune, or the sources'
-                rows are not as long as the study's (decision features of another template).
+                rows are not as long as the study's (`load_sources`).
         """
         if not self.studies or isinstance(self.studies, str) or self.dropped:
             return None
@@ -91,13 +91,7 @@ class WarmStart:
                     "tensortune.storage.create_study"
                 )
             check_sources(self.studies, target, study.study_name)
-            rows = load_sources(self.studies, feature_set)
-            if length is not None and rows.features.shape[1] != length:
-                raise TensortuneError(
-                    f"study {study.study_name!r} has {feature_set!r} rows of its own decisions, "
-                    "which no source's compare with: transfer to it with feature_set='curve'"
-                )
-            self._rows = rows
+            self._rows = load_sources(self.studies, feature_set, length)
         return self._rows
 
     def judges(self, make_model: Callable[[], CostModel]) -> list[CostModel | None]:
