@@ -5,12 +5,14 @@ For each model (``model_zoo.py``: ResNet-18 at batch 1, 224x224; one BERT-base e
 sequence 128; random weights) and each budget, ours tunes through `tensortune.model.tune_model`
 (the same task studies, resumed from one budget to the next) and MetaSchedule runs
 ``tune_relax``'s own steps (task extraction, gradient task scheduler, evolutionary search,
-XGBoost) with the same total trials, from scratch for each budget. Every built model and every
-framework is then timed round-robin over `ROUNDS` rounds, in one process, so that drift hits
-all alike; each build's outputs are checked against PyTorch eager.
+XGBoost) once for the largest budget, each smaller budget built from the records a run of
+that many trials would have measured, and timed where that run would have stopped. Every
+built model and every framework is then timed round-robin over `ROUNDS` rounds, in one
+process, so that drift hits all alike; each build's outputs are checked against PyTorch eager.
 
 A killed run goes on where it stopped when run again with the same ``--work``: our task studies
-resume, MetaSchedule's databases of finished budgets are built again without tuning, each
+resume, MetaSchedule's finished database is built again without tuning (a half-tuned one is
+started again), each
 finished (system, budget)'s tuning seconds are kept in ``<model>-seconds.json``, and a model
 timed to the end is read back from ``<model>-results-<budgets>.json``. Our seconds of a budget
 cut by the kill count from the rerun only. Writes under ``--out``
@@ -126,23 +128,44 @@ def vm_call(executable: Any, inputs: list[np.ndarray]) -> Callable[[], Any]:
     return lambda: vm["main"](*args)
 
 
-def metaschedule(
-    program: Any, target: dict, budget: int, work_dir: str, seed: int, tune: bool = True
-) -> Any:
-    """MetaSchedule's ``tune_relax`` steps for `budget` trials, with our build threads and
-    its own runner; returns the model built with its database. With `tune` False (default
-    True) the database a finished earlier run left in `work_dir` is built as it is."""
+def metaschedule_tune(
+    program: Any, target: dict, budgets: list[int], work_dir: str, seed: int
+) -> dict[int, float]:
+    """MetaSchedule's ``tune_relax`` steps, run once for the largest of `budgets` with our build
+    threads and its own runner; returns the seconds at which each budget's run would have
+    stopped, counted from the start of task extraction, and leaves its database and the record
+    count of each budget (``milestones.json``) in `work_dir`.
+
+    One run stands for every budget: its task scheduler stops after the batch that reaches
+    ``max_trials_global`` and picks each next task from the history alone (a task's cap is the
+    whole budget), so the batches up to the one that reaches `b` are what a run of `b` trials
+    measures (to within one batch: a finished batch is read when the scheduler next joins it);
+    `metaschedule_build` builds the model from those records."""
     import logging
 
     import tvm
+    from tvm.ir.utils import derived_object
     from tvm.s_tir import meta_schedule as ms
+
+    start = time.perf_counter()
+    reached: dict[int, tuple[float, int]] = {}
+
+    @derived_object
+    class Milestones(ms.measure_callback.PyMeasureCallback):
+        """Seconds and records at the end of the batch that reaches each budget."""
+
+        def __init__(self) -> None:
+            self.count = 0
+
+        def apply(self, task_scheduler, task_id, candidates, builds, runs) -> None:
+            self.count += len(runs)
+            for budget in budgets:
+                if budget not in reached and self.count >= budget:
+                    reached[budget] = (time.perf_counter() - start, self.count)
 
     # Its per-task tables and XGBoost iterations still go to work_dir/logs.
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tvm_target = make_target(target)
-    if not tune:
-        database = ms.database.JSONDatabase(work_dir=work_dir)
-        return ms.relax_integration.compile_relax(database, program.mod, tvm_target, None)
     with tvm_target:
         fused = tvm.transform.Sequential(fusion_passes(tvm_target))(program.mod)
     extracted = ms.relax_integration.extract_tasks(fused, tvm_target)
@@ -150,16 +173,43 @@ def metaschedule(
         extracted, work_dir, seed=seed, num_threads=int(target.get("num-cores", 2))
     )
     evaluator = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=30)
-    database = ms.tune.tune_tasks(
+    callbacks = ms.measure_callback.MeasureCallback.create("default")
+    milestones = Milestones()
+    ms.tune.tune_tasks(
         tasks=contexts,
         task_weights=weights,
         work_dir=work_dir,
-        max_trials_global=budget,
-        num_trials_per_iter=min(64, budget),
+        max_trials_global=max(budgets),
+        num_trials_per_iter=min(64, max(budgets)),
         builder=ms.builder.LocalBuilder(max_workers=2, f_build=fast_build),
         runner=ms.runner.LocalRunner(evaluator_config=evaluator),
+        measure_callbacks=[*callbacks, milestones],
     )
-    return ms.relax_integration.compile_relax(database, program.mod, tvm_target, None)
+    # A search that ran out of candidates before a budget stopped there.
+    end = (time.perf_counter() - start, milestones.count)
+    reached = {budget: reached.get(budget, end) for budget in budgets}
+    with open(os.path.join(work_dir, "milestones.json"), "w") as f:
+        json.dump({str(b): records for b, (_, records) in reached.items()}, f)
+    return {budget: seconds for budget, (seconds, _) in reached.items()}
+
+
+def metaschedule_build(program: Any, target: dict, work_dir: str, budget: int) -> Any:
+    """The model built with the records that `metaschedule_tune`'s run in `work_dir` had
+    measured when a run of `budget` trials would have stopped (its database appends records in
+    the order they were measured)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    with open(os.path.join(work_dir, "milestones.json")) as f:
+        count = json.load(f)[str(budget)]
+    folder = os.path.join(work_dir, f"first-{budget}")
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy(os.path.join(work_dir, "database_workload.json"), folder)
+    with open(os.path.join(work_dir, "database_tuning_record.json")) as f:
+        records = f.readlines()[:count]
+    with open(os.path.join(folder, "database_tuning_record.json"), "w") as f:
+        f.writelines(records)
+    database = ms.database.JSONDatabase(work_dir=folder)
+    return ms.relax_integration.compile_relax(database, program.mod, make_target(target), None)
 
 
 def task_rows(name: str, tuning: ModelTuning, inputs_seed: int = 0) -> list[dict]:
@@ -240,18 +290,18 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         tuned = build(program, target, database)
         check_outputs(run(tuned, inputs), expected)
         calls[key] = vm_call(tuned, inputs)
-        if args.metaschedule:
-            key = f"metaschedule@{budget}"
-            work_dir = os.path.join(args.work, f"{name}-ms-{budget}")
-            if key not in ledger:
-                shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
-            start = time.perf_counter()
-            built = metaschedule(program, target, budget, work_dir, args.seed,
-                                 tune=key not in ledger)  # fmt: skip
-            if key not in ledger:
-                ledger.record(key, time.perf_counter() - start)
+    if args.metaschedule:
+        work_dir = os.path.join(args.work, f"{name}-ms")
+        keys = {budget: f"metaschedule@{budget}" for budget in budgets}
+        if keys[budgets[-1]] not in ledger:
+            shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
+            reached = metaschedule_tune(program, target, budgets, work_dir, args.seed)
+            for budget, seconds in reached.items():
+                ledger.record(keys[budget], seconds)
+        for budget in budgets:
+            built = metaschedule_build(program, target, work_dir, budget)
             check_outputs(run(built, inputs), expected)
-            calls[key] = vm_call(built, inputs)
+            calls[keys[budget]] = vm_call(built, inputs)
     tuning_s = ledger.seconds
     seconds = round_robin({k: timer(call) for k, call in calls.items()}, args.rounds)
     eager = seconds["pytorch-eager"]
