@@ -116,10 +116,14 @@ def _source_study(db, name: str, shape: tuple[int, int, int], sign: float, targe
     return study
 
 
-def _tuned(db, name: str, sources, seed: int, n_trials: int = 32) -> optuna.Study:
+def _tuned(
+    db, name: str, sources, seed: int, n_trials: int = 32, weighting: str = "evidence"
+) -> optuna.Study:
     template = CpuTemplate(workload(64, 64, 64))
     create_study(db, name, template.workload, LLVM, None, None)
-    sampler = CostModelSampler(template, source_studies=sources, seed=seed)
+    sampler = CostModelSampler(
+        template, source_studies=sources, seed=seed, source_weighting=weighting
+    )
     study = optuna.load_study(study_name=name, storage=db, sampler=sampler)
     study.optimize(lambda trial: _synthetic(template.suggest(trial)), n_trials=n_trials)
     return study
@@ -149,6 +153,17 @@ def test_a_misleading_source_stops_counting_and_does_not_hurt(tmp_path):
     # tie-break: 8.5 / 11.5 / 9.5 against 9.5 / 11.5 / 8.5).
     assert np.median(bests["inverted"]) >= np.median(bests["cold"]), bests
     assert np.median(bests["honest"]) >= np.median(bests["cold"]), bests
+
+
+def test_the_relative_weighting_judges_its_sources_too(tmp_path):
+    """``"relative"`` is the evidence with a higher bar, not the decay alone: a reversed source
+    weighs nothing once the study has configs of its own to rank."""
+    db = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
+    inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
+    study = _tuned(db, "relative", [inverted], seed=0, n_trials=24, weighting="relative")
+    (history,) = source_weight_rounds(study).values()
+    assert history[0][1] > 0.0, history
+    assert history[-1][1] == 0.0, history
 
 
 def test_auto_finds_same_target_studies_nearest_first(tmp_path):

@@ -499,9 +499,9 @@ class CostModelSampler(BaseSampler):
             self._queue.append((tuple(int(v) for v in row), source, float(score)))
 
     def _source_judges(self) -> list[CostModel | None]:
-        """The judges the ``"evidence"`` weighting ranks the study's own configs with (see
-        `WarmStart.judges`); none otherwise."""
-        if self.settings.source_weighting != "evidence":
+        """The judges the ``"evidence"`` and ``"relative"`` weightings rank the study's own
+        configs with (see `WarmStart.judges`); none for ``"decay"``."""
+        if self.settings.source_weighting == "decay":
             return []
         settings, seed = self.settings, self.seed or 0
         # One member each: a judge only orders configs, it needs no spread.
