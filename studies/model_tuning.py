@@ -12,11 +12,10 @@ process, so that drift hits all alike; each build's outputs are checked against 
 
 A killed run goes on where it stopped when run again with the same ``--work``: our task studies
 resume, MetaSchedule's finished database is built again without tuning (a half-tuned one is
-started again), each
-finished (system, budget)'s tuning seconds are kept in ``<model>-seconds.json``, and a model
-timed to the end is read back from ``<model>-results-<budgets>.json``. Our seconds of a budget
-cut by the kill count from the rerun only. Writes under ``--out``
-(default ``studies/results/models/``):
+started again), each finished (system, budget)'s tuning seconds are kept in
+``<model>-seconds.json``, and a model timed to the end is read back from
+``<model>-results-<budgets>.json``. Our seconds of a budget cut by the kill count from the
+rerun only. Writes under ``--out`` (default ``studies/results/models/``):
 
 - ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
 - ``model_tasks.csv``: per model and task: weight, TVM's untuned kernel and our best, in µs;

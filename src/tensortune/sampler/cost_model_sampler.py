@@ -52,12 +52,11 @@ class CostModelSampler(BaseSampler):
     proposes from the first trial; every other trial of the first ``n_startup_trials`` still
     comes from the space-filling design, so that the study can judge its sources on configs
     they did not choose. Their weight halves every ``source_half_life`` trials of the study's
-    own and, with ``source_weighting="evidence"``, follows how well each source ranks the
-    study's own measured configs, down to nothing for one that misleads; once all weigh
-    nothing, the study goes on as a cold one (the rest of the design, the cold feature set).
-    Their best configs,
-    moved into the study's knob space where the knobs match, start annealing chains until the
-    study has enough good configs of its own.
+    own and, with ``source_weighting="evidence"`` or ``"relative"``, follows how well each
+    source ranks the study's own measured configs, down to nothing for one that misleads;
+    once all weigh nothing, the study goes on as a cold one (the rest of the design, the cold
+    feature set). Their best configs, moved into the study's knob space where the knobs
+    match, start annealing chains until the study has enough good configs of its own.
 
     The study's trials are the only state that matters: the queue of proposals and the chain
     states are a cache that a new process rebuilds from the trials. Each trial records where
