@@ -416,7 +416,10 @@ def _run_batches(
             told = False
             try:
                 for _ in range(min(batch_size, todo)):
-                    trials.append(heartbeats.ask())
+                    # A Ctrl-C inside the ask, after Optuna created the trial, would leave it
+                    # RUNNING with no one holding it; it waits until the trial is in `trials`.
+                    with _interrupts_deferred():
+                        trials.append(heartbeats.ask())
                 values = objective.evaluate(trials)
                 if store is not None:
                     # Before the tell: Optuna refuses artifacts on a finished trial. An
