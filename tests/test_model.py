@@ -4,11 +4,14 @@ built model checked against ONNX Runtime and PyTorch."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import optuna
 import pytest
 
 from tensortune.errors import TensortuneError
+from tensortune.measure import MeasureSettings
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
@@ -49,6 +52,24 @@ def onnx_file(tmp_path):
     return str(path)
 
 
+def _worker_processes() -> list[int]:
+    """The TVM worker processes this process started (build pool and timing worker)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except (OSError, ValueError, IndexError):  # exited meanwhile
+            continue
+        if parent == os.getpid() and b"popen_worker" in command:
+            found.append(int(entry))
+    return found
+
+
 def test_parse_input():
     assert parse_input("x:1x3x224x224").shape == (1, 3, 224, 224)
     spec = parse_input("ids:1,128:int64")
@@ -86,9 +107,18 @@ def test_a_tuned_model_is_built_with_its_kernels_and_computes_what_onnxruntime_d
     program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
     storage = f"sqlite:///{tmp_path / 'model.db'}"
     lines: list[str] = []
-    tuning = tune_model(program, 12, storage=storage, batch_size=4, progress=lines.append)
+    workers: list[int] = []  # worker processes of this test after each batch
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        workers.append(len(_worker_processes()) - before)
+
+    before = len(_worker_processes())
+    tuning = tune_model(program, 12, storage=storage, batch_size=4, progress=progress)
     tuned = [s for s in tuning.studies if s is not None]
     assert len(tuned) == 2  # the conv and the matmul; the reshape has nothing to search
+    # The tasks share one set of build and timing workers (a set each held 2 x 3 here).
+    assert 0 < max(workers) <= MeasureSettings().build_workers + 1, workers
     # Every tunable task got its first batch; the budget is spent exactly.
     finished = [len(s.get_trials(deepcopy=False)) for s in tuned]
     assert min(finished) >= 4 and sum(finished) == 12

@@ -172,6 +172,14 @@ class Measurer:
         if folder is not None:
             folder.remove()
 
+    def use_template(self, template: Template) -> None:
+        """Measure configs of `template` from now on: another workload for the same target and
+        settings. The worker processes stay (each build and timing is handed its template and
+        workload), so that the tasks of a model share one set of them."""
+        with self._lock:
+            self.template = template
+            self.workload = template.workload
+
     def measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
         """Build all `configs` in parallel, then time each in turn.
 
