@@ -18,7 +18,10 @@ started again), each finished (system, budget)'s tuning seconds are kept in
 rerun only. Writes under ``--out`` (default ``studies/results/models/``):
 
 - ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
-- ``model_tasks.csv``: per model and task: weight, TVM's untuned kernel and our best, in µs;
+- ``model_tasks.csv``: per model and task: weight, TVM's untuned kernel and our best alone, and
+  our best in the model, in µs;
+- ``model_time_split.csv``: per model, our build and MetaSchedule's at the largest budget: a
+  run's ms in the tuned kernels, in other calls and in the VM between calls (`kernel_profile`);
 - ``model_tuning_summary.md``: both, and issue 22's goals.
 
     python studies/model_tuning.py                                  # both models, 500 1000 2000
@@ -42,6 +45,7 @@ import model_zoo
 import numpy as np
 import optuna
 import torch
+from kernel_profile import kernel_times, where_time_goes
 from metaschedule_peer import fast_build
 from results_io import write_csv
 
@@ -319,7 +323,58 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     return rows, task_rows(name, tuning) if tuning is not None else []
 
 
-def summary(rows: list[dict], tasks: list[dict]) -> str:
+def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    """`kernel_profile.kernel_times` of our build and MetaSchedule's at the largest budget,
+    built again from what the tuning left in ``--work`` (tuning nothing), kept in
+    ``<model>-kernels-<budget>.json``."""
+    path = os.path.join(args.work, f"{name}-kernels-{budgets[-1]}.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    net, example = model_zoo.model(name)
+    program = from_torch(net, example, name=name)
+    target = target_spec("llvm")
+    inputs = [t.numpy() for t in example]
+    storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
+    # The studies already hold the largest budget: this tunes nothing.
+    tuning = tune_model(program, budgets[-1], target, storage=storage, seed=args.seed)
+    database = tempfile.mkdtemp(prefix=f"{name}-profile-")
+    write_database(tuning.tasks, tuning.studies, tuning.target, database)
+    builds = {f"tensortune@{budgets[-1]}": build(program, target, database)}
+    work_dir = os.path.join(args.work, f"{name}-ms")
+    if args.metaschedule and os.path.exists(os.path.join(work_dir, "milestones.json")):
+        builds[f"metaschedule@{budgets[-1]}"] = metaschedule_build(
+            program, target, work_dir, budgets[-1]
+        )
+    profiles = {system: kernel_times(built, inputs) for system, built in builds.items()}
+    profiles["tasks"] = [task.name for task in tuning.tasks]
+    with open(path, "w") as f:
+        json.dump(profiles, f)
+    return profiles
+
+
+def profile_rows(name: str, profiles: dict[str, Any]) -> list[dict]:
+    """Per built model: where a run's time goes (`kernel_profile.where_time_goes`)."""
+    rows = []
+    for system, profile in profiles.items():
+        if system == "tasks":
+            continue
+        split = where_time_goes(profile, set(profiles["tasks"]))
+        rows.append({"model": name, "system": system.split("@")[0],
+                     "budget": system.split("@")[1],
+                     **{key: round(value * 1e3, 3) for key, value in split.items()}})  # fmt: skip
+    return rows
+
+
+def add_in_model_times(tasks: list[dict], profiles: dict[str, Any], budget: int) -> None:
+    """Give each of our task rows its µs in our model, all its calls of a run together."""
+    ours = profiles.get(f"tensortune@{budget}", {}).get("functions", {})
+    for row in tasks:
+        found = ours.get(row["task"])
+        row["in_model_us"] = round(found["seconds"] * 1e6, 1) if found else ""
+
+
+def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None) -> str:
     """Markdown: latencies per model and system, the goals, and where the time goes."""
     lines = ["| model | system | trials | latency ms | × PyTorch eager | tuning s |",
              "|---|---|---|---|---|---|"]  # fmt: skip
@@ -348,11 +403,22 @@ def summary(rows: list[dict], tasks: list[dict]) -> str:
             lines.append(f"| ahead of MetaSchedule in less wall time | {model} @{r['budget']} | "
                          f"{verdict} | {faster:.2f}× its latency; {r['tuning_s']} s against "
                          f"{peer_row['tuning_s']} s |")  # fmt: skip
+    if split:
+        lines += ["", "Where a run's time goes (ms; instrumented runs, so a little slower than "
+                  "the latencies above):", "",
+                  "| model | system | trials | run | tuned kernels | other calls | VM between "
+                  "calls |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {r['model']} | {r['system']} | {r['budget']} | {r['run_s']} | "
+                  f"{r['kernels_s']} | {r['other_calls_s']} | {r['between_calls_s']} |"
+                  for r in split]  # fmt: skip
     if tasks:
-        lines += ["", "| model | task | weight | untuned µs | tuned µs | trials |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += ["", "Per task: TVM's untuned kernel and our best, each alone (one call, warm "
+                  "data), and our best in the model (all its calls of a run):", "",
+                  "| model | task | weight | untuned µs | tuned µs | trials | in model µs |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
         lines += [f"| {t['model']} | {t['task']} | {t['weight']} | {t['untuned_us']} | "
-                  f"{t['tuned_us']} | {t['trials']} |" for t in tasks]  # fmt: skip
+                  f"{t['tuned_us']} | {t['trials']} | {t.get('in_model_us', '')} |"
+                  for t in tasks]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -380,7 +446,7 @@ def main() -> None:
         parser.error("--budgets must be positive and ascending")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
-    rows, tasks = [], []
+    rows, tasks, split = [], [], []
     for name in args.models:
         # A model finished by an earlier run (same budgets) is not tuned or timed again.
         done = os.path.join(args.work, f"{name}-results-{'-'.join(map(str, args.budgets))}.json")
@@ -391,11 +457,15 @@ def main() -> None:
             found, per_task = run_model(name, args.budgets, args)
             with open(done, "w") as f:
                 json.dump([found, per_task], f)
+        profiles = profile_models(name, args.budgets, args)
+        add_in_model_times(per_task, profiles, args.budgets[-1])
         rows += found
         tasks += per_task
+        split += profile_rows(name, profiles)
     write_csv(os.path.join(args.out, "model_tuning.csv"), rows)
     write_csv(os.path.join(args.out, "model_tasks.csv"), tasks)
-    text = summary(rows, tasks)
+    write_csv(os.path.join(args.out, "model_time_split.csv"), split)
+    text = summary(rows, tasks, split)
     with open(os.path.join(args.out, "model_tuning_summary.md"), "w") as f:
         f.write(text + "\n")
     print(text)

@@ -1,0 +1,74 @@
+"""Where a built model's time goes: the seconds of each function its Relax VM calls, timed
+from inside a run by a VM instrument (TVM 0.27's VM has no profiler of its own).
+
+A kernel's time in the model can differ from its time alone (`model_tuning.task_rows`): alone it
+runs again and again on the same warm data, in the model its weights and inputs come cold from
+memory. What the calls leave of the end-to-end time is the VM's own work between them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+#: Model runs timed with the instrument, after one warm-up run without it.
+RUNS = 20
+
+
+def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) -> dict[str, Any]:
+    """Per function the VM calls in `executable`'s ``main`` (kernels, and builtins such as
+    allocation): calls and seconds per model run, and the instrumented run's own seconds.
+
+    Args:
+        executable: A built Relax model (``relax.build`` / ``compile_relax``).
+        inputs: Its inputs, as NumPy arrays.
+        runs: Runs averaged over. Default `RUNS`.
+
+    Returns:
+        ``{"functions": {name: {"calls": n, "seconds": s}}, "run_seconds": s}``, per run.
+    """
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    vm["main"](*args)  # warm-up: first-call allocation and page faults
+    spent: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    open_calls: list[float] = []
+
+    def instrument(func: Any, symbol: str, before_run: bool, ret_value: Any, *rest: Any) -> int:
+        now = time.perf_counter()
+        if before_run:
+            open_calls.append(now)
+        else:  # calls nest only where a function calls another; each is timed whole
+            spent[str(symbol)] += now - open_calls.pop()
+            calls[str(symbol)] += 1
+        return 0  # VMInstrumentReturnKind.NO_OP: run the call
+
+    vm.set_instrument(instrument)
+    start = time.perf_counter()
+    for _ in range(runs):
+        vm["main"](*args)
+    total = time.perf_counter() - start
+    functions = {
+        name: {"calls": calls[name] // runs, "seconds": spent[name] / runs} for name in spent
+    }
+    return {"functions": functions, "run_seconds": total / runs}
+
+
+def where_time_goes(profile: dict[str, Any], kernels: set[str]) -> dict[str, float]:
+    """A profile's seconds per run split into the `kernels` (the model's tuned functions), the
+    rest of its calls (builtins, untuned functions) and the VM between calls."""
+    functions = profile["functions"]
+    in_kernels = sum(f["seconds"] for name, f in functions.items() if name in kernels)
+    in_other = sum(f["seconds"] for name, f in functions.items() if name not in kernels)
+    return {
+        "kernels_s": in_kernels,
+        "other_calls_s": in_other,
+        "between_calls_s": max(0.0, profile["run_seconds"] - in_kernels - in_other),
+        "run_s": profile["run_seconds"],
+    }
