@@ -233,6 +233,17 @@ def test_ctrl_c_inside_an_ask_leaves_no_trial_running(tmp_path, fast_settings):
     # back stayed RUNNING after the interrupt.
     import tensortune
 
+    # Python's own handler: a pytest started in the background by a non-interactive shell,
+    # as CI's is, inherits SIGINT ignored (see tests/test_interrupts.py).
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _tune_with_ctrl_c_in_ask(tensortune, tmp_path, fast_settings)
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _tune_with_ctrl_c_in_ask(tensortune, tmp_path, fast_settings) -> None:
+
     url = f"sqlite:///{tmp_path / 'ask.db'}"
     with pytest.raises(KeyboardInterrupt):
         tensortune.tune(
