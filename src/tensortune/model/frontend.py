@@ -211,10 +211,14 @@ def from_torch(module: Any, example_inputs: Sequence[Any], name: str | None = No
 def for_inference(mod: Any) -> Any:
     """`mod` with each batch norm after a convolution folded into the convolution's weights
     and bias (``torch.export`` keeps them apart; the ONNX exporter folds them itself), so that
-    the convolution fuses with what follows it."""
+    the convolution fuses with what follows it; and its GELU, ``erf``, ``exp``, ``tanh`` and
+    softmax in vectorizable arithmetic (`tensortune.model.fast_math`)."""
     from tvm import relax
 
-    return relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
+    from tensortune.model.fast_math import with_fast_math
+
+    folded = relax.transform.FoldConstant()(relax.transform.FoldBatchnormToConv2D()(mod))
+    return with_fast_math(folded)
 
 
 def _require(module: str, what: str) -> Any:
