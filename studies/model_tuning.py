@@ -49,6 +49,7 @@ from kernel_profile import kernel_times, where_time_goes
 from metaschedule_peer import fast_build
 from results_io import write_csv
 
+from tensortune.measure import MeasureSettings
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
 from tensortune.model.tasks import fusion_passes
@@ -285,19 +286,30 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # from the last finished one: ours resume their studies, MetaSchedule's databases stay.
     ledger = Ledger(os.path.join(args.work, f"{name}-seconds.json"))
     tuning = None
-    previous = 0.0  # our budgets resume one study set: their seconds add up
-    for budget in budgets:
-        key = f"tensortune@{budget}"
-        start = time.perf_counter()
-        tuning = tune_model(program, budget, target, storage=storage, seed=args.seed)
-        if key not in ledger:
-            ledger.record(key, previous + time.perf_counter() - start)
-        previous = ledger[key]
-        database = os.path.join(folder, f"db-{budget}")
-        write_database(tuning.tasks, tuning.studies, tuning.target, database)
-        tuned = build(program, target, database)
-        check_outputs(run(tuned, inputs), expected)
-        calls[key] = vm_call(tuned, inputs)
+    # Ours as users get it, and (--cold-cache) tuned on timings with the weights flushed from
+    # the caches, in studies of its own: side by side in the round-robin below.
+    variants = {"tensortune": (storage, None)}
+    if args.cold_cache:
+        cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
+        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True))
+    for system, (url, settings) in variants.items():
+        previous = 0.0  # our budgets resume one study set: their seconds add up
+        for budget in budgets:
+            key = f"{system}@{budget}"
+            start = time.perf_counter()
+            tuned_model = tune_model(
+                program, budget, target, storage=url, seed=args.seed, settings=settings
+            )
+            if system == "tensortune":  # the per-task rows and the profile are of this one
+                tuning = tuned_model
+            if key not in ledger:
+                ledger.record(key, previous + time.perf_counter() - start)
+            previous = ledger[key]
+            database = os.path.join(folder, f"db-{system}-{budget}")
+            write_database(tuned_model.tasks, tuned_model.studies, tuned_model.target, database)
+            tuned = build(program, target, database)
+            check_outputs(run(tuned, inputs), expected)
+            calls[key] = vm_call(tuned, inputs)
     if args.metaschedule:
         work_dir = os.path.join(args.work, f"{name}-ms")
         keys = {budget: f"metaschedule@{budget}" for budget in budgets}
@@ -429,6 +441,9 @@ def main() -> None:
     parser.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS),
                         help="trials per model, ascending (default 500 1000 2000)")  # fmt: skip
     parser.add_argument("--no-metaschedule", dest="metaschedule", action="store_false")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="also ours tuned on timings with the weights flushed from the "
+                        "caches (MeasureSettings.flush_cache)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
     parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
@@ -449,7 +464,8 @@ def main() -> None:
     rows, tasks, split = [], [], []
     for name in args.models:
         # A model finished by an earlier run (same budgets) is not tuned or timed again.
-        done = os.path.join(args.work, f"{name}-results-{'-'.join(map(str, args.budgets))}.json")
+        runs = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
+        done = os.path.join(args.work, f"{name}-results-{runs}.json")
         if os.path.exists(done):
             with open(done) as f:
                 found, per_task = json.load(f)

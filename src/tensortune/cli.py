@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tensortune.cli_model import (
+    FLUSH_HELP,
     add_model_commands,
     best_model_command,
     export_model_command,
@@ -133,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--build-timeout", type=float, default=60.0, help="seconds (default 60)")
     tune.add_argument("--run-timeout", type=float, default=20.0, help="seconds (default 20)")
+    tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
     tune.add_argument(
         "--rpc-tracker",
         default=None,
@@ -239,6 +241,7 @@ def _tune(args: argparse.Namespace) -> None:
         min_repeat_ms=args.min_repeat_ms,
         build_timeout=args.build_timeout,
         run_timeout=args.run_timeout,
+        flush_cache=args.flush_cache,
     )
     study = tune(
         workload,

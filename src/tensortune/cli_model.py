@@ -13,6 +13,12 @@ from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS
 
+#: Help of ``--flush-cache``, for ``tune`` and ``tune-model`` alike.
+FLUSH_HELP = (
+    "time each run with its arguments but the first evicted from the CPU caches, as a kernel "
+    "finds its weights in a whole model (default: warm repeated runs)"
+)
+
 
 def add_model_commands(sub: Any) -> None:
     """Add the three commands to the subparsers `sub` of the main parser."""
@@ -25,6 +31,7 @@ def add_model_commands(sub: Any) -> None:
         "--sampler", default=SAMPLERS[0], choices=SAMPLERS, help=f"default {SAMPLERS[0]}"
     )
     tune.add_argument("--seed", type=int, default=0, help="each task sampler's seed (default 0)")
+    tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
     tune.add_argument(
         "-o", "--output", default=None, help="folder to export to (default: MODEL-tuned)"
     )
@@ -60,6 +67,7 @@ def _program(args: argparse.Namespace) -> Any:
 def tune_model_command(args: argparse.Namespace) -> None:
     import os
 
+    from tensortune.measure import MeasureSettings
     from tensortune.model import tune_model
 
     if args.trials < 1:
@@ -67,9 +75,10 @@ def tune_model_command(args: argparse.Namespace) -> None:
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
     program = _program(args)
+    settings = MeasureSettings(flush_cache=True) if args.flush_cache else None
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
-        seed=args.seed,
+        seed=args.seed, settings=settings,
     )  # fmt: skip
     _export(tuning, output)
 

@@ -25,6 +25,10 @@ class MeasureSettings:
             Default True.
         rtol: Relative tolerance of that check, scaled by the largest reference value.
             Default 1e-3 (float32 sums in any order stay far inside it).
+        flush_cache: On a CPU, before each timed run, evict every argument but the first
+            from the caches (TVM's ``cache_flush_cpu_non_first_arg``), as a kernel in a whole
+            model finds its weights after the other kernels ran; each cost is then one run
+            (`number` and `min_repeat_ms` do not apply). Default False: warm repeated runs.
     """
 
     number: int = 1
@@ -35,6 +39,7 @@ class MeasureSettings:
     run_timeout: float = 20.0
     check_results: bool = True
     rtol: float = 1e-3
+    flush_cache: bool = False
 
     def __post_init__(self) -> None:
         from tensortune.errors import TensortuneError

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from tensortune.errors import TensortuneError
-from tensortune.measure import Measurer
+from tensortune.measure import Measurer, MeasureSettings
 from tensortune.model.frontend import ModelProgram
 from tensortune.model.scheduler import TaskState, model_seconds, next_task
 from tensortune.model.tasks import ModelTask, extract_tasks
@@ -98,6 +98,7 @@ def tune_model(
     seed: int | None = 0,
     batch_size: int = BATCH,
     progress: Callable[[str], None] | None = None,
+    settings: MeasureSettings | None = None,
 ) -> ModelTuning:
     """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
     all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
@@ -112,6 +113,7 @@ def tune_model(
         seed: Seed of each task's sampler. Default 0.
         batch_size: Trials a task gets at a time. Default `BATCH`.
         progress: Called with a line after each batch. Default None: printed to stderr.
+        settings: How candidates are built and timed. Default None: `MeasureSettings()`.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
@@ -127,7 +129,7 @@ def tune_model(
     # One set of build and timing workers for all tasks (started on the first batch): a set
     # per task held three processes of ~300 MB each per task, 54 for ResNet-18's 18 tasks.
     if any(tuning.tunable):
-        with Measurer(tuning.templates[0], tuning.target) as measurer:
+        with Measurer(tuning.templates[0], tuning.target, settings) as measurer:
             _tune_batches(tuning, total_trials, storage, sampler, seed, batch_size, say, measurer)
     _fail_stale(tuning)
     return tuning

@@ -1,0 +1,38 @@
+"""MeasureSettings.flush_cache: each cost one run with the weights evicted from the caches."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import tensortune
+from tensortune.measure import Measurer, MeasureSettings
+from tensortune.target import target_spec
+
+
+def test_flushed_timing_is_one_run_per_cost_and_ignores_min_repeat_ms():
+    template = tensortune.CpuTemplate(tensortune.get_workload("matmul", 128, 128, 128))
+    config = {
+        "tile_i": "2x2x4x8",
+        "tile_j": "1x2x4x16",
+        "tile_k": "16x8",
+        "inner_axis": "j",
+        "order": "S0 S1 R0 S2 R1 S3",
+        "parallel": 2,
+        "unroll": 64,
+        "accumulate": "off",
+    }
+    # Warm, a cost spans at least a second; flushed, a cost is one run of about 0.1 ms.
+    warm = MeasureSettings(repeat=3, min_repeat_ms=1000, build_workers=1)
+    flushed = dataclasses.replace(warm, flush_cache=True)
+    elapsed = {}
+    for name, settings in (("warm", warm), ("flushed", flushed)):
+        with Measurer(template, target_spec("llvm"), settings) as measurer:
+            start = time.perf_counter()
+            (result,) = measurer.measure([config])
+            elapsed[name] = time.perf_counter() - start
+        # A misspelt flush function would fail here, in TVM's time_evaluator.
+        assert result.error is None, result.error
+        assert len(result.costs) == 3 and all(c > 0 for c in result.costs)
+    assert elapsed["warm"] > 3.0
+    assert elapsed["flushed"] < elapsed["warm"] / 2, elapsed
