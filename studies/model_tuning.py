@@ -60,6 +60,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUDGETS = (500, 1000, 2000)
 #: Rounds of the final round-robin timing; each reading is the mean of runs of >= 50 ms.
 ROUNDS = 5
+#: Seconds between two readings: the thread pools of the system read before (OpenMP's, ONNX
+#: Runtime's, TVM's) spin a while after their last call, and took cores from the next one (ONNX
+#: Runtime once read 33.4 ms on a BERT layer where it reads 13.7).
+PAUSE_S = 0.5
 
 
 def timer(call: Callable[[], Any]) -> Callable[[], float]:
@@ -77,10 +81,12 @@ def timer(call: Callable[[], Any]) -> Callable[[], float]:
 
 
 def round_robin(readers: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> dict[str, float]:
-    """Median seconds of each system over `rounds` rounds, every system once per round."""
+    """Median seconds of each system over `rounds` rounds, every system once per round, each
+    reading after a pause of `PAUSE_S`."""
     found: dict[str, list[float]] = {name: [] for name in readers}
     for _ in range(rounds):
         for name, reading in readers.items():
+            time.sleep(PAUSE_S)
             found[name].append(reading())
     return {name: statistics.median(values) for name, values in found.items()}
 
