@@ -67,10 +67,13 @@ PAUSE_S = 0.5
 
 
 def timer(call: Callable[[], Any]) -> Callable[[], float]:
-    """Seconds of one call, averaged over runs of at least 50 ms (after one warm-up call)."""
+    """Seconds of one call, averaged over runs of at least 50 ms (after one warm-up call, and
+    one more untimed call before each reading: it wakes the thread pool that slept during the
+    pause before it)."""
     call()
 
     def reading() -> float:
+        call()
         runs, start = 0, time.perf_counter()
         while time.perf_counter() - start < 0.05 or runs < 2:
             call()
