@@ -34,5 +34,15 @@ def test_flushed_timing_is_one_run_per_cost_and_ignores_min_repeat_ms():
         # A misspelt flush function would fail here, in TVM's time_evaluator.
         assert result.error is None, result.error
         assert len(result.costs) == 3 and all(c > 0 for c in result.costs)
+        assert result.cache_flushed == (name == "flushed")
     assert elapsed["warm"] > 3.0
     assert elapsed["flushed"] < elapsed["warm"] / 2, elapsed
+
+
+def test_a_study_timed_with_flushed_caches_says_so_per_trial(storage_url):
+    settings = MeasureSettings(repeat=2, min_repeat_ms=0, flush_cache=True)
+    study = tensortune.tune(
+        "matmul", shape=dict(M=16, N=16, K=16), n_trials=2, storage=storage_url,
+        sampler="random", seed=0, settings=settings, show_progress=False,
+    )  # fmt: skip
+    assert [t.user_attrs.get("cache_flushed") for t in study.trials] == [True, True]

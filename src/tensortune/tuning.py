@@ -152,6 +152,8 @@ class Objective:
         trial.set_user_attr("gflops", gflops)
         trial.set_user_attr("cost_s", result.cost)
         trial.set_user_attr("costs_s", result.costs)
+        if result.cache_flushed:  # a cold-cache cost: not comparable with warm ones
+            trial.set_user_attr("cache_flushed", True)
         if self.vendor_gflops:
             trial.set_user_attr("vendor_ratio", gflops / self.vendor_gflops)
         return gflops

@@ -56,6 +56,8 @@ class MeasureResult:
             ``"invalid"`` when `tensortune.Objective` refuses the config before any build.
         compile_seconds: Time spent scheduling and compiling it (``nan`` if unknown).
         library: Path of the compiled kernel, while the measurer is open.
+        cache_flushed: Whether its costs were timed with the arguments but the first evicted
+            from the caches (`MeasureSettings.flush_cache`, on a CPU).
     """
 
     costs: list[float] = dataclasses.field(default_factory=list)
@@ -63,6 +65,7 @@ class MeasureResult:
     stage: str | None = None
     compile_seconds: float = float("nan")
     library: str | None = None
+    cache_flushed: bool = False
 
     @property
     def cost(self) -> float:
@@ -245,6 +248,8 @@ class Measurer:
             result.error, result.stage = outcome, "check"
         else:
             result.costs = outcome
+            on_cpu = worker_tasks.DEVICE_OF_KIND.get(self.target["kind"]) == "cpu"
+            result.cache_flushed = self.settings.flush_cache and on_cpu
 
     def _time_remote(self, result: MeasureResult) -> None:
         # The RPC calls run in the run worker too (see tensortune.measure.remote for why).
