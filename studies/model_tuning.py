@@ -67,10 +67,8 @@ PAUSE_S = 0.5
 
 
 def timer(call: Callable[[], Any]) -> Callable[[], float]:
-    """Seconds of one call, averaged over runs of at least 50 ms (after one warm-up call, and
-    one more untimed call before each reading: it wakes the thread pool that slept during the
-    pause before it)."""
-    call()
+    """Seconds of one call, averaged over runs of at least 50 ms, each reading after an untimed
+    call: it warms the system up, and wakes the thread pool that slept during the pause."""
 
     def reading() -> float:
         call()

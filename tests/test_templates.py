@@ -57,6 +57,15 @@ def _scheduled_loops(sch):
     }
 
 
+def _assert_computes(template: CpuTemplate, config: dict, inputs: list, want: np.ndarray) -> None:
+    """Compile `config` of `template` for llvm, run it on `inputs` and compare with `want`."""
+    lib = tvm.compile(template.apply(config).mod, target="llvm")
+    dev = tvm.cpu(0)
+    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), dev)
+    lib["main"](*[tvm.runtime.tensor(a, dev) for a in inputs], out)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
 def test_config_becomes_the_schedule_it_names():
     workload = get_workload("matmul", 64, 128, 32)
     template = CpuTemplate(workload)
@@ -100,12 +109,7 @@ def test_only_an_axis_contiguous_in_the_output_is_vectorised_by_hand():
     contiguous = {**config, "inner_axis": "j"}
     assert "T.vectorized(8)" in template.apply(contiguous).mod.script()
     inputs = workload.random_inputs(seed=0)
-    (want,) = workload.reference(inputs)
-    lib = tvm.compile(template.apply(config).mod, target="llvm")
-    dev = tvm.cpu(0)
-    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), dev)
-    lib["main"](*[tvm.runtime.tensor(a, dev) for a in inputs], out)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    _assert_computes(template, config, inputs, workload.reference(inputs)[0])
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
@@ -115,15 +119,11 @@ def test_sampled_configs_compile_and_compute_correctly(name):
     inputs = workload.random_inputs(seed=0)
     (want,) = workload.reference(inputs)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
-    dev = tvm.cpu(0)
     for _ in range(4):
         trial = study.ask()
         config = template.suggest(trial)
         assert set(config) == set(template.distributions())
-        lib = tvm.compile(template.apply(config).mod, target="llvm")
-        out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), dev)
-        lib["main"](*[tvm.runtime.tensor(a, dev) for a in inputs], out)
-        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4, err_msg=str(config))
+        _assert_computes(template, config, inputs, want)
         study.tell(trial, 0.0)
 
 
@@ -144,12 +144,7 @@ def test_write_back_under_a_tile_whose_inner_tiles_are_all_one():
         "accumulate": "inner",
     }
     inputs = workload.random_inputs(seed=0)
-    (want,) = workload.reference(inputs)
-    lib = tvm.compile(CpuTemplate(workload).apply(config).mod, target="llvm")
-    dev = tvm.cpu(0)
-    out = tvm.runtime.tensor(np.zeros(want.shape, "float32"), dev)
-    lib["main"](*[tvm.runtime.tensor(a, dev) for a in inputs], out)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    _assert_computes(CpuTemplate(workload), config, inputs, workload.reference(inputs)[0])
 
 
 def test_values_outside_the_space_are_refused():
