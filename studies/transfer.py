@@ -8,6 +8,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   well it ranks the target's own measured configs (the default ``source_weighting``);
 - ``warm-decay``: the same with ``source_weighting="decay"``: source rows weigh by the
   half-life alone, whatever their ranking (the weighting before the evidence);
+- ``warm-guarded``: the same with ``source_weighting="guarded"``: the decay, except that a
+  source ranking the target's configs at chance or reversed weighs nothing;
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``warm-relative``: the same with ``source_weighting="relative"``: a source keeps full weight
@@ -114,7 +116,18 @@ KINDS = {
 }
 #: --quick: another matmul shape → matmul 128, 16 trials, one seed.
 QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
-MODES = ("cold", "warm", "warm-decay", "warm-model", "warm-relative", "warm-knob", "enqueue")
+MODES = (
+    "cold",
+    "warm",
+    "warm-decay",
+    "warm-guarded",
+    "warm-model",
+    "warm-relative",
+    "warm-knob",
+    "enqueue",
+)
+#: The modes that run another source weighting than the default's.
+WEIGHTING_OF_MODE = {"warm-decay": "decay", "warm-guarded": "guarded", "warm-relative": "relative"}
 CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64
 #: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.
@@ -183,7 +196,7 @@ def run_target(
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
         source_starts=0 if mode == "warm-model" else 16,
-        source_weighting={"warm-decay": "decay", "warm-relative": "relative"}.get(mode, "evidence"),
+        source_weighting=WEIGHTING_OF_MODE.get(mode, "evidence"),
         feature_set="knob" if mode == "warm-knob" else None,
     )
     start = time.perf_counter()

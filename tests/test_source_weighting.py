@@ -14,6 +14,7 @@ import tensortune
 from tensortune.cli import main
 from tensortune.dashboard import source_weight_rounds, study_note
 from tensortune.sampler import CostModelSampler
+from tensortune.sampler.history import KnobSpace
 from tensortune.sampler.transfer import (
     FULL_TAU,
     MIN_EVIDENCE,
@@ -23,6 +24,7 @@ from tensortune.sampler.transfer import (
     source_weight,
     source_weights,
 )
+from tensortune.search import space_filling
 from tensortune.storage import create_study, open_storage, target_key
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
@@ -47,6 +49,9 @@ def test_source_weights_follow_the_evidence():
     early = source_weights(taus, MIN_EVIDENCE - 1, 32.0)
     assert early == pytest.approx([source_weight(MIN_EVIDENCE - 1, 32.0)] * 5)
     assert source_weights(taus, 40, 32.0, "decay") == pytest.approx([0.5 ** (40 / 32)] * 5)
+    # Guarded: the decay for any source better than chance, nothing at chance or reversed.
+    guarded = source_weights(taus, MIN_EVIDENCE, 32.0, "guarded")
+    assert guarded == pytest.approx([decay, decay, 0.0, 0.0, decay])
     with pytest.raises(ValueError, match="unknown weighting 'trust'"):
         source_weights(taus, 40, 32.0, "trust")
 
@@ -155,15 +160,22 @@ def test_a_misleading_source_stops_counting_and_does_not_hurt(tmp_path):
     assert np.median(bests["honest"]) >= np.median(bests["cold"]), bests
 
 
-def test_the_relative_weighting_judges_its_sources_too(tmp_path):
-    """``"relative"`` is the evidence with a higher bar, not the decay alone: a reversed source
-    weighs nothing once the study has configs of its own to rank."""
+@pytest.mark.parametrize("weighting", ["relative", "guarded"])
+def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(tmp_path, weighting):
+    """``"relative"`` and ``"guarded"`` judge their sources, unlike the decay alone: a reversed
+    source weighs nothing once the study has configs of its own to rank. The study then goes
+    on cold and first measures every point of the start-up design it skipped."""
     db = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
     inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
-    study = _tuned(db, "relative", [inverted], seed=0, n_trials=24, weighting="relative")
+    study = _tuned(db, "judged", [inverted], seed=0, n_trials=24, weighting=weighting)
     (history,) = source_weight_rounds(study).values()
     assert history[0][1] > 0.0, history
     assert history[-1][1] == 0.0, history
+    space = KnobSpace(CpuTemplate(workload(64, 64, 64)).knobs)
+    design = space_filling(space.sizes, 16, np.random.default_rng(0))
+    measured = {space.encode(t.params) for t in study.trials}
+    missing = [row for row in design.tolist() if tuple(row) not in measured]
+    assert not missing, f"{len(missing)} of the 16 design points never measured"
 
 
 def test_auto_finds_same_target_studies_nearest_first(tmp_path):

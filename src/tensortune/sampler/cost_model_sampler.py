@@ -157,7 +157,10 @@ class CostModelSampler(BaseSampler):
             misleads stops counting; ``"relative"``: the same, but full trust needs a tau
             as high as the study's own configs reach on each other (cross-validated, 4 more
             one-member fits a round), so sources fade as the study outgrows them;
-            ``"decay"``: the half-life alone. Each round's weights
+            ``"decay"``: the half-life alone; ``"guarded"``: the half-life alone for a
+            source that ranks them better than chance, nothing for one that does not. Once
+            every source weighs nothing the study drops them and first measures the rest of
+            the cold study's start-up design. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
         source_starts: How many of the sources' best configs (see
             `tensortune.sampler.transfer.project_config`) may start annealing chains while the
@@ -437,7 +440,14 @@ class CostModelSampler(BaseSampler):
         n_measured = int(np.isfinite(history.values).sum())
         assert self._extractor is not None
         warm = self.warm.load(study, self.feature_set, self._extractor.length) is not None
-        if not warm and (n_measured < self.n_startup_trials or n_measured < 2):
+        if not warm and (
+            n_measured < self.n_startup_trials
+            or n_measured < 2
+            or (self.warm.dropped and self._design_left(history.taken))
+        ):
+            # A study that dropped its sources measured only part of the start-up design
+            # (the sources chose every other config): it finishes the design first, as the
+            # cold study of its seed would have, before the model proposes.
             return self._startup_config(history.taken), "startup", float("nan")
         if warm and n_measured < self.n_startup_trials and number % 2:
             # Every other early trial of a warm start is the cold start's: configs the sources
@@ -508,15 +518,23 @@ class CostModelSampler(BaseSampler):
             lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed)
         )
 
-    def _startup_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
-        """The first point of a seeded space-filling design (`tensortune.search.space_filling`)
-        not taken yet: the start-up trials cover every knob's values evenly, where uniform
-        draws leave gaps that one seed's luck decides. Random once the design is used up."""
+    def _design(self) -> np.ndarray:
+        """The seeded space-filling start-up design (`tensortune.search.space_filling`)."""
         assert self._space is not None
         if self._startup is None:
             n = max(self.n_startup_trials, 2)
             self._startup = space_filling(self._space.sizes, n, np.random.default_rng(self.seed))
-        for row in self._startup.tolist():
+        return self._startup
+
+    def _design_left(self, taken: set[tuple[int, ...]]) -> bool:
+        """Whether a point of the start-up design is not taken yet."""
+        return any(tuple(row) not in taken for row in self._design().tolist())
+
+    def _startup_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
+        """The first point of a seeded space-filling design (`tensortune.search.space_filling`)
+        not taken yet: the start-up trials cover every knob's values evenly, where uniform
+        draws leave gaps that one seed's luck decides. Random once the design is used up."""
+        for row in self._design().tolist():
             if tuple(row) not in taken:
                 return tuple(row)
         return self._random_config(taken)

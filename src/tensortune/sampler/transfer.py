@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 #: the `source_weight` decay times how well each source ranks the study's own measured configs
 #: (`source_weights`); ``"relative"``: the same, with the bar for full trust raised to how well
 #: the study's own configs rank each other (`local_tau`), so a source fades once the study
-#: knows more than it does; ``"decay"``: the decay alone, whatever the source's ranking.
-SOURCE_WEIGHTINGS = ("evidence", "relative", "decay")
+#: knows more than it does; ``"decay"``: the decay alone, whatever the source's ranking;
+#: ``"guarded"``: the decay alone for a source that ranks the study's configs better than
+#: chance, nothing for one that ranks them at chance or reversed.
+SOURCE_WEIGHTINGS = ("evidence", "relative", "decay", "guarded")
 #: Folds of `local_tau`'s cross-validation.
 LOCAL_FOLDS = 4
 #: The study's own measured configs before a source's ranking of them counts: with fewer, one
@@ -281,7 +283,9 @@ def source_weights(
         weighting: One of `SOURCE_WEIGHTINGS`. Default ``"evidence"``: with at least
             `min_evidence` local configs, the decay times ``clip(tau / full_tau, 0, 1)``; a
             NaN tau (nothing to rank yet) keeps the decay alone. ``"relative"``: the same with
-            ``max(full_tau, own_tau)`` in place of `full_tau`.
+            ``max(full_tau, own_tau)`` in place of `full_tau`. ``"guarded"``: the decay where
+            tau > 0 or NaN, 0 where tau <= 0 (no partial trust: a weakly positive source
+            helped as much as a strong one in ``studies/transfer.py``'s three-seed run).
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
@@ -292,6 +296,8 @@ def source_weights(
     decay = np.full(len(taus), source_weight(n_local, half_life))
     if weighting == "decay" or n_local < min_evidence:
         return decay
+    if weighting == "guarded":
+        return np.where(np.nan_to_num(taus, nan=1.0) > 0, decay, 0.0)
     bar = full_tau
     if weighting == "relative" and np.isfinite(own_tau):
         bar = max(full_tau, own_tau)
