@@ -5,7 +5,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import optuna
+import pytest
+
 import tensortune
+from tensortune.cli import main
+from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureSettings
 from tensortune.target import target_spec
 
@@ -39,10 +44,28 @@ def test_flushed_timing_is_one_run_per_cost_and_ignores_min_repeat_ms():
     assert elapsed["flushed"] < elapsed["warm"] / 2, elapsed
 
 
-def test_a_study_timed_with_flushed_caches_says_so_per_trial(storage_url):
+def test_a_study_timed_with_flushed_caches_says_so_and_resumes_only_so(storage_url, capsys):
     settings = MeasureSettings(repeat=2, min_repeat_ms=0, flush_cache=True)
     study = tensortune.tune(
         "matmul", shape=dict(M=16, N=16, K=16), n_trials=2, storage=storage_url,
         sampler="random", seed=0, settings=settings, show_progress=False,
     )  # fmt: skip
     assert [t.user_attrs.get("cache_flushed") for t in study.trials] == [True, True]
+    # Resumed the other way, its best would mix cold and warm costs: refused, nothing added.
+    with pytest.raises(TensortuneError, match=r"timed with flushed caches .* resume it with"):
+        tensortune.tune(
+            "matmul", shape=dict(M=16, N=16, K=16), n_trials=1, storage=storage_url,
+            sampler="random", seed=0, show_progress=False,
+        )  # fmt: skip
+    code = main(["tune", "matmul", "--shape", "16,16,16", "--trials", "1",
+                 "--storage", storage_url, "--sampler", "random"])  # fmt: skip
+    assert code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert len(study.trials) == len(optuna.load_study(
+        study_name=study.study_name, storage=storage_url).trials) == 2  # fmt: skip
+    # The same way, it resumes.
+    again = tensortune.tune(
+        "matmul", shape=dict(M=16, N=16, K=16), n_trials=1, storage=storage_url,
+        sampler="random", seed=0, settings=settings, show_progress=False,
+    )  # fmt: skip
+    assert [t.user_attrs.get("cache_flushed") for t in again.trials] == [True] * 3

@@ -158,3 +158,11 @@ def claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: Mapping[
     ]
     stale = stale_among(study, others)
     return any(not is_abandoned(t, stale) for t in others)
+
+
+def timed_cold(study: optuna.Study) -> bool | None:
+    """Whether the study's completed trials were timed with flushed caches (their
+    ``cache_flushed`` attr); None before any completed; the first completed trial decides."""
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return bool(trial.user_attrs.get("cache_flushed", False))
+    return None

@@ -248,8 +248,7 @@ class Measurer:
             result.error, result.stage = outcome, "check"
         else:
             result.costs = outcome
-            on_cpu = worker_tasks.DEVICE_OF_KIND.get(self.target["kind"]) == "cpu"
-            result.cache_flushed = self.settings.flush_cache and on_cpu
+            result.cache_flushed = worker_tasks.flushes_caches(self.settings, self.target["kind"])
 
     def _time_remote(self, result: MeasureResult) -> None:
         # The RPC calls run in the run worker too (see tensortune.measure.remote for why).

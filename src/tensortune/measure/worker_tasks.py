@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 
 #: TVM device name of each target kind.
 DEVICE_OF_KIND = {"llvm": "cpu", "c": "cpu", "cuda": "cuda"}
+
+
+def flushes_caches(settings: MeasureSettings, kind: str) -> bool:
+    """Whether `settings` time a target of `kind` with the arguments but the first evicted from
+    the caches (`MeasureSettings.flush_cache`): only on a CPU; a GPU's timings ignore it."""
+    return settings.flush_cache and DEVICE_OF_KIND.get(kind) == "cpu"
+
+
 #: TVM's runtime function that evicts a call's arguments but the first from the CPU caches.
 FLUSH_CACHE = "cache_flush_cpu_non_first_arg"
 
