@@ -26,6 +26,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tensortune.errors import TensortuneError
+
 #: Trial system attr holding the config a sampler handed to a trial before its params exist,
 #: so that other workers see it as taken.
 CONFIG_ATTR = "tensortune:config"
@@ -166,3 +168,21 @@ def timed_cold(study: optuna.Study) -> bool | None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return bool(trial.user_attrs.get("cache_flushed", False))
     return None
+
+
+def check_same_timing(study: optuna.Study, cold: bool) -> None:
+    """Refuse to resume a study timed warm with cold-cache timings (`cold`), or the other way
+    round: the two read 3-30 % apart on the same kernel, and the study's best would then mix
+    both.
+
+    Raises:
+        TensortuneError: Where the study's completed trials were timed the other way.
+    """
+    before = timed_cold(study)
+    if before is None or before == cold:
+        return
+    was, now = ("with", "without") if before else ("without", "with")
+    raise TensortuneError(
+        f"study {study.study_name!r} was timed {was} flushed caches and this run would time "
+        f"{now}: resume it {was} --flush-cache, or choose another study name"
+    )

@@ -38,7 +38,7 @@ from tensortune.storage import (
 )
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import SPACES, InvalidConfig, Template, template_for
-from tensortune.trial_records import count_finished, timed_cold
+from tensortune.trial_records import check_same_timing, count_finished
 from tensortune.workloads import Workload, get_workload
 
 #: Samplers by name; the first is the default.
@@ -365,8 +365,8 @@ def tune(
         sources = [source for source, _ in found]
         sampler.source_studies = sources  # type: ignore[attr-defined]
     study = find_study(db, name, workload, spec, space=space)
-    if study is not None:
-        _check_same_timing(study, flushes_caches(settings or MeasureSettings(), spec["kind"]))
+    if study is not None and measurer is None:  # a measurer given times as it was set up
+        check_same_timing(study, flushes_caches(settings or MeasureSettings(), spec["kind"]))
     if template is None and space != SPACES[0]:
         template_used: Template | None = template_for(workload, spec, space)
     else:
@@ -392,19 +392,6 @@ def tune(
         if n_trials > 0:
             _run_batches(study, objective, n_trials, batch_size, show_progress, store, total_trials)
     return study
-
-
-def _check_same_timing(study: optuna.Study, cold: bool) -> None:
-    """Refuse to resume a study timed warm with cold-cache timings, or the other way round:
-    the two read 3-30 % apart on the same kernel, and its best would then be a mix of both."""
-    before = timed_cold(study)
-    if before is None or before == cold:
-        return
-    was, now = ("with", "without") if before else ("without", "with")
-    raise TensortuneError(
-        f"study {study.study_name!r} was timed {was} flushed caches and this run would time "
-        f"{now}: resume it {was} --flush-cache, or choose another study name"
-    )
 
 
 def _run_batches(

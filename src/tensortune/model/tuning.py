@@ -20,10 +20,12 @@ import optuna
 
 from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureSettings
+from tensortune.measure.worker_tasks import flushes_caches
 from tensortune.model.frontend import ModelProgram
 from tensortune.model.scheduler import TaskState, model_seconds, next_task
 from tensortune.model.tasks import ModelTask, extract_tasks
 from tensortune.templates.metaschedule import MetaScheduleTemplate
+from tensortune.trial_records import check_same_timing
 
 #: Trials a task gets at a time (and first of all): one batch of `tensortune.tune`.
 BATCH = 8
@@ -121,6 +123,10 @@ def tune_model(
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     tuning = model_tuning(program, target, storage, create=True)
+    cold = flushes_caches(settings or MeasureSettings(), tuning.target["kind"])
+    for study in tuning.studies:  # every task before any is measured: nothing half-done
+        if study is not None:
+            check_same_timing(study, cold)
     say(
         f"{program.name}: {len(tuning.tasks)} tasks, {sum(tuning.tunable)} with a design space "
         f"to search; {total_trials} trials in all"
