@@ -21,6 +21,7 @@ from tensortune.sampler.transfer import (
     find_sources,
     local_tau,
     program_distance,
+    reversed_beyond_chance,
     source_weight,
     source_weights,
 )
@@ -49,9 +50,12 @@ def test_source_weights_follow_the_evidence():
     early = source_weights(taus, MIN_EVIDENCE - 1, 32.0)
     assert early == pytest.approx([source_weight(MIN_EVIDENCE - 1, 32.0)] * 5)
     assert source_weights(taus, 40, 32.0, "decay") == pytest.approx([0.5 ** (40 / 32)] * 5)
-    # Guarded: the decay for any source better than chance, nothing at chance or reversed.
+    # Guarded: the decay, nothing for a source reversed beyond chance (on 8 configs, tau below
+    # -2 x 0.289); at chance it keeps its weight.
     guarded = source_weights(taus, MIN_EVIDENCE, 32.0, "guarded")
-    assert guarded == pytest.approx([decay, decay, 0.0, 0.0, decay])
+    assert guarded == pytest.approx([decay, decay, decay, 0.0, decay])
+    assert list(reversed_beyond_chance(np.array([-0.5, -0.6]), 8)) == [False, True]
+    assert list(reversed_beyond_chance(np.array([-0.3, -0.4]), 32)) == [True, True]
     with pytest.raises(ValueError, match="unknown weighting 'trust'"):
         source_weights(taus, 40, 32.0, "trust")
 

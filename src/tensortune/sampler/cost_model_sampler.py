@@ -157,8 +157,9 @@ class CostModelSampler(BaseSampler):
             misleads stops counting; ``"relative"``: the same, but full trust needs a tau
             as high as the study's own configs reach on each other (cross-validated, 4 more
             one-member fits a round), so sources fade as the study outgrows them;
-            ``"decay"``: the half-life alone; ``"guarded"``: the half-life alone for a
-            source that ranks them better than chance, nothing for one that does not. Once
+            ``"decay"``: the half-life alone; ``"guarded"``: the half-life alone, and nothing
+            for a source that ranks them reversed beyond chance
+            (`tensortune.sampler.transfer.reversed_beyond_chance`). Once
             every source weighs nothing the study drops them and first measures the rest of
             the cold study's start-up design. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
