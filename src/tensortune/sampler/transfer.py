@@ -298,9 +298,8 @@ def source_weights(
             NaN tau (nothing to rank yet) keeps the decay alone. ``"relative"``: the same with
             ``max(full_tau, own_tau)`` in place of `full_tau`. ``"guarded"``: the decay, 0
             for a source `reversed_beyond_chance` on `n_local` configs. A source whose tau is
-            near 0 keeps its weight: in ``studies/transfer.py``'s three-seed run, zeroing
-            every source at tau <= 0 dropped helpful cross-operator sources (1.18x cold at 64
-            trials, against 1.52x for the decay alone).
+            near 0 keeps its weight: a ranking of 8-16 configs is too noisy to condemn it by
+            its sign alone.
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
