@@ -61,6 +61,7 @@ side, one run); rows and the summary then carry a ``cost_model`` column.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -238,18 +239,21 @@ def retime_pair(pair: str, target: str, studies: dict[str, optuna.Study]) -> dic
     drift hits all alike): ``{mode: {n: GFLOP/s}}`` and ``{"vendor": {0: GFLOP/s}}``.
 
     Kept on the cold study (``RETIMED_ATTR + pair``; cold studies are shared by the pairs of a
-    target) and read back on a second run unless a mode is missing from it."""
+    target), with the winners' configs, and read back on a second run only if every mode is
+    in it with the same winners: a mode whose studies were run again with other code finds
+    other winners, which are timed afresh."""
     cold = studies["cold"]
+    configs = {mode: _winners(study) for mode, study in studies.items()}
     kept = cold.user_attrs.get(RETIMED_ATTR + pair)
-    if kept is not None and set(studies) <= set(kept):
-        return {mode: {int(n): v for n, v in found.items()} for mode, found in kept.items()}
+    if kept is not None and kept.get("configs") == json.loads(json.dumps(configs)):
+        return {
+            mode: {int(n): v for n, v in found.items()} for mode, found in kept["gflops"].items()
+        }
     workload = workload_of(target)
     template = CpuTemplate(workload)
     kernels: dict[str, tuple[object, dict]] = {}
     winners: dict[str, dict[int, str]] = {}  # mode -> checkpoint -> kernel name
-    for mode, study in studies.items():
-        early = early_winners(study, CHECKPOINTS)
-        early[len(study.trials)] = dict(study.best_trial.params)
+    for mode, early in configs.items():
         winners[mode] = {}
         for n, config in early.items():
             # One kernel per distinct config: the same winner at two checkpoints is one timing.
@@ -264,8 +268,16 @@ def retime_pair(pair: str, target: str, studies: dict[str, optuna.Study]) -> dic
     }
     if VENDOR in seconds:
         found["vendor"] = {0: workload.flop_count / seconds[VENDOR] / 1e9}
-    cold.set_user_attr(RETIMED_ATTR + pair, found)
+    cold.set_user_attr(RETIMED_ATTR + pair, {"configs": configs, "gflops": found})
     return found
+
+
+def _winners(study: optuna.Study) -> dict[int, dict]:
+    """The study's best config among its first n trials, per checkpoint within its trials
+    and at its last trial."""
+    early = early_winners(study, CHECKPOINTS)
+    early[len(study.trials)] = dict(study.best_trial.params)
+    return early
 
 
 def main() -> None:
