@@ -9,7 +9,7 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-decay``: the same with ``source_weighting="decay"``: source rows weigh by the
   half-life alone, whatever their ranking (the weighting before the evidence);
 - ``warm-guarded``: the same with ``source_weighting="guarded"``: the decay, except that a
-  source ranking the target's configs at chance or reversed weighs nothing;
+  source ranking the target's configs reversed beyond chance weighs nothing;
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``warm-relative``: the same with ``source_weighting="relative"``: a source keeps full weight

@@ -28,6 +28,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tensortune.errors import TensortuneError
 
+#: Trial user attr set on a trial whose costs were timed with flushed caches
+#: (`tensortune.measure.MeasureSettings.flush_cache`): they do not compare with warm ones.
+CACHE_FLUSHED_ATTR = "cache_flushed"
 #: Trial system attr holding the config a sampler handed to a trial before its params exist,
 #: so that other workers see it as taken.
 CONFIG_ATTR = "tensortune:config"
@@ -164,9 +167,9 @@ def claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: Mapping[
 
 def timed_cold(study: optuna.Study) -> bool | None:
     """Whether the study's completed trials were timed with flushed caches (their
-    ``cache_flushed`` attr); None before any completed; the first completed trial decides."""
+    `CACHE_FLUSHED_ATTR`); None before any completed; the first completed trial decides."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        return bool(trial.user_attrs.get("cache_flushed", False))
+        return bool(trial.user_attrs.get(CACHE_FLUSHED_ATTR, False))
     return None
 
 

@@ -38,7 +38,7 @@ from tensortune.storage import (
 )
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import SPACES, InvalidConfig, Template, template_for
-from tensortune.trial_records import check_same_timing, count_finished
+from tensortune.trial_records import CACHE_FLUSHED_ATTR, check_same_timing, count_finished
 from tensortune.workloads import Workload, get_workload
 
 #: Samplers by name; the first is the default.
@@ -154,7 +154,7 @@ class Objective:
         trial.set_user_attr("cost_s", result.cost)
         trial.set_user_attr("costs_s", result.costs)
         if result.cache_flushed:  # a cold-cache cost: not comparable with warm ones
-            trial.set_user_attr("cache_flushed", True)
+            trial.set_user_attr(CACHE_FLUSHED_ATTR, True)
         if self.vendor_gflops:
             trial.set_user_attr("vendor_ratio", gflops / self.vendor_gflops)
         return gflops

@@ -444,7 +444,7 @@ class CostModelSampler(BaseSampler):
         if not warm and (
             n_measured < self.n_startup_trials
             or n_measured < 2
-            or (self.warm.dropped and self._design_left(history.taken))
+            or (self.warm.dropped and self._design_point(history.taken) is not None)
         ):
             # A study that dropped its sources measured only part of the start-up design
             # (the sources chose every other config): it finishes the design first, as the
@@ -527,18 +527,19 @@ class CostModelSampler(BaseSampler):
             self._startup = space_filling(self._space.sizes, n, np.random.default_rng(self.seed))
         return self._startup
 
-    def _design_left(self, taken: set[tuple[int, ...]]) -> bool:
-        """Whether a point of the start-up design is not taken yet."""
-        return any(tuple(row) not in taken for row in self._design().tolist())
+    def _design_point(self, taken: set[tuple[int, ...]]) -> tuple[int, ...] | None:
+        """The first point of the start-up design not taken yet; None once all are."""
+        for row in self._design().tolist():
+            if tuple(row) not in taken:
+                return tuple(row)
+        return None
 
     def _startup_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         """The first point of a seeded space-filling design (`tensortune.search.space_filling`)
         not taken yet: the start-up trials cover every knob's values evenly, where uniform
         draws leave gaps that one seed's luck decides. Random once the design is used up."""
-        for row in self._design().tolist():
-            if tuple(row) not in taken:
-                return tuple(row)
-        return self._random_config(taken)
+        point = self._design_point(taken)
+        return point if point is not None else self._random_config(taken)
 
     def _random_config(self, taken: set[tuple[int, ...]]) -> tuple[int, ...]:
         assert self._space is not None
