@@ -61,6 +61,7 @@ def run_ours(label: str, target: dict[str, Any], args: argparse.Namespace) -> An
         target=target,
         shape=shape,
         n_trials=args.trials,
+        total_trials=args.trials,  # a study resumed from an earlier, cut lease runs up to it
         storage=args.storage,
         study_name=f"gpu-{label}-seed{args.seed}",
         seed=args.seed,
