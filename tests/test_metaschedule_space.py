@@ -128,7 +128,7 @@ def test_sampled_configs_replay_their_decisions_and_compute_the_reference(name):
     for _ in range(3):
         trial = study.ask()
         config = template.suggest(trial)
-        sch, executable = compile_config(template, config, LLVM)
+        sch, executable, _ = compile_config(template, config, LLVM)
         # The schedule holds the tile sizes the config chose, in trace order.
         decisions = template.decisions[int(config[ms_space.SKETCH])]
         tiles = [config[d.knob] for d in decisions if d.kind == ms_space.TILE]

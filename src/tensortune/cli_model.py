@@ -56,6 +56,13 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
         "--target", default="llvm", help="llvm (this machine; default) or a JSON target"
     )
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
+    parser.add_argument(
+        "--prepack-weights",
+        action="store_true",
+        help="let each kernel read the weights in a layout of its own, packed once at build "
+        "time (CPU targets; its tasks' studies are apart from those of a run without it; "
+        "default: off)",
+    )
 
 
 def _program(args: argparse.Namespace) -> Any:
@@ -78,7 +85,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
     settings = MeasureSettings(flush_cache=True) if args.flush_cache else None
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
-        seed=args.seed, settings=settings,
+        seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,
     )  # fmt: skip
     _export(tuning, output)
 
@@ -86,7 +93,9 @@ def tune_model_command(args: argparse.Namespace) -> None:
 def best_model_command(args: argparse.Namespace) -> None:
     from tensortune.model.tuning import model_tuning, task_state
 
-    tuning = model_tuning(_program(args), args.target, args.storage)
+    tuning = model_tuning(
+        _program(args), args.target, args.storage, prepack_weights=args.prepack_weights
+    )
     print(f"model     {tuning.program.name}: {len(tuning.tasks)} tasks")
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         if study is None:
@@ -103,7 +112,10 @@ def best_model_command(args: argparse.Namespace) -> None:
 def export_model_command(args: argparse.Namespace) -> None:
     from tensortune.model.tuning import model_tuning
 
-    _export(model_tuning(_program(args), args.target, args.storage), args.output)
+    tuning = model_tuning(
+        _program(args), args.target, args.storage, prepack_weights=args.prepack_weights
+    )
+    _export(tuning, args.output)
 
 
 def _export(tuning: Any, output: str) -> None:

@@ -222,7 +222,7 @@ def kernel_sources(
     (assembly for llvm; the device source, e.g. CUDA C, for a GPU target)."""
     from tensortune.templates.compile import compile_config
 
-    sch, executable = compile_config(template, config, target)
+    sch, executable, _ = compile_config(template, config, target)
     module = executable.mod
     code = module.inspect_source("asm") if target.get("kind") == "llvm" else ""
     if not code and module.imports:

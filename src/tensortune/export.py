@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ from tensortune.measure.worker_tasks import mismatch
 from tensortune.storage import best_summary, study_space, study_target, study_workload
 from tensortune.templates import template_for
 from tensortune.templates.compile import compile_config
+from tensortune.templates.weight_packing import PackedWeight, pack_arguments
 from tensortune.workloads import Workload, get_workload
 
 LIBRARY = "kernel.so"
@@ -39,7 +41,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
 
     with scratch.staged_folder(directory) as staging:
         library = os.path.join(staging, LIBRARY)
-        _, executable = compile_config(template, summary["config"], target)
+        _, executable, packed = compile_config(template, summary["config"], target)
         executable.export_library(library)
         manifest = {
             "format": FORMAT,
@@ -48,6 +50,7 @@ def export_best(study: optuna.Study, directory: str) -> str:
             "target": target,
             "space": study_space(study),
             "config": summary["config"],
+            "packed_weights": [dataclasses.asdict(w) for w in packed],
             "study": study.study_name,
             "trial": summary["trial"],
             "gflops": summary["gflops"],
@@ -74,6 +77,10 @@ class Kernel:
         self.manifest = manifest
         self.config = manifest["config"]
         self._module = module
+        self._packed = [
+            PackedWeight(int(w["index"]), tuple(w["shape"]))
+            for w in manifest.get("packed_weights", [])
+        ]
 
     def __call__(self, *inputs: np.ndarray) -> np.ndarray | list[np.ndarray]:
         import tvm
@@ -93,6 +100,9 @@ class Kernel:
         dev = tvm.cpu(0)
         outputs = [np.empty(s, dtype=d) for s, d, is_input in specs if not is_input]
         args = [tvm.runtime.tensor(np.ascontiguousarray(a), dev) for a in [*inputs, *outputs]]
+        # A kernel that reads weights packed packs them on each call here; a model's build
+        # packs them once.
+        args = pack_arguments(self._module, args, self._packed, dev)
         self._module["main"](*args)
         results = [a.numpy() for a in args[len(inputs) :]]
         return results[0] if len(results) == 1 else results

@@ -28,6 +28,7 @@ from tensortune.measure.pool import Worker, WorkerPool, kill_processes
 from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
+from tensortune.templates.weight_packing import PackedWeight
 
 if TYPE_CHECKING:
     from tensortune.templates import Template
@@ -58,6 +59,8 @@ class MeasureResult:
         library: Path of the compiled kernel, while the measurer is open.
         cache_flushed: Whether its costs were timed with the arguments but the first evicted
             from the caches (`MeasureSettings.flush_cache`, on a CPU).
+        packed: The arguments its kernel takes packed, packed once before the check and the
+            timing (see `tensortune.templates.compile.compile_config`); mostly none.
     """
 
     costs: list[float] = dataclasses.field(default_factory=list)
@@ -66,6 +69,7 @@ class MeasureResult:
     compile_seconds: float = float("nan")
     library: str | None = None
     cache_flushed: bool = False
+    packed: tuple[PackedWeight, ...] = ()
 
     @property
     def cost(self) -> float:
@@ -214,18 +218,18 @@ class Measurer:
 
     def _collect_build(self, future: Future, path: str) -> MeasureResult:
         try:
-            seconds = future.result()
+            seconds, packed = future.result()
         except TimeoutError:
             return MeasureResult(
                 error=f"build timed out after {self.settings.build_timeout:g} s", stage="timeout"
             )
         except Exception as err:  # a compiler error, or the build worker died
             return MeasureResult(error=f"build failed: {_last_line(err)}", stage="build")
-        return MeasureResult(compile_seconds=seconds, library=path)
+        return MeasureResult(compile_seconds=seconds, library=path, packed=tuple(packed))
 
     def _time(self, result: MeasureResult) -> None:
         assert result.library is not None
-        args = (result.library, self.workload, self.settings, self.target["kind"])
+        args = (result.library, self.workload, self.settings, self.target["kind"], result.packed)
         self._run_timing(result, worker_tasks.run, args, "run failed: ")
 
     def _run_timing(self, result: MeasureResult, task: Any, args: tuple, failed: str) -> None:
@@ -270,7 +274,7 @@ class Measurer:
         if self._device_error is not None:
             result.error, result.stage = self._device_error, "device"
             return
-        args = (result.library, self.workload, s, self.target["kind"])
+        args = (result.library, self.workload, s, self.target["kind"], result.packed)
         self._run_timing(result, remote.run, args, f"run on {device} failed: ")
 
     def vendor_baseline(self, library: str | None = None) -> tuple[str, float] | None:

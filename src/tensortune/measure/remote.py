@@ -21,11 +21,13 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from tensortune.errors import TensortuneError
 from tensortune.measure.settings import MeasureSettings
 from tensortune.measure.worker_tasks import DEVICE_OF_KIND, check_and_time
+from tensortune.templates.weight_packing import PackedWeight
 from tensortune.workloads import Workload
 
 # Target kinds whose name is not a TVM device name.
@@ -202,12 +204,17 @@ def disconnect() -> None:
 
 
 def run(
-    path: str, workload: Workload, settings: MeasureSettings, device_kind: str
+    path: str,
+    workload: Workload,
+    settings: MeasureSettings,
+    device_kind: str,
+    packed: Sequence[PackedWeight] = (),
 ) -> list[float] | str:
     """Upload the kernel at `path` to the session's device, check one run there against
     NumPy, then time it there: `worker_tasks.run` on the remote device.
 
-    Call `connect` first. `device_kind` is the target's kind (``"llvm"`` → the remote CPU).
+    Call `connect` first. `device_kind` is the target's kind (``"llvm"`` → the remote CPU);
+    `packed`, the arguments the kernel takes packed (default none, see `worker_tasks.run`).
     A kernel so slow that the full timing would not fit in half of ``settings.run_timeout``
     is timed once. Returns the costs in seconds, or a string saying why the result is wrong; an RPC
     failure (the device died mid-run) raises, and the session is dropped.
@@ -220,7 +227,7 @@ def run(
         module = session.load_module(name)
         session.remove(name)  # loaded already; keeps a long session's folder small
         dev = session.device(DEVICE_OF_KIND.get(device_kind, device_kind), 0)
-        return check_and_time(module, dev, workload, settings)
+        return check_and_time(module, dev, workload, settings, packed)
     except Exception as err:
         alive = _answers(session)
         disconnect()  # whatever broke, the next candidate starts on a fresh session

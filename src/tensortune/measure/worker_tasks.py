@@ -9,15 +9,18 @@ by value.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tensortune.measure.settings import MeasureSettings
+from tensortune.templates.weight_packing import pack_arguments
 from tensortune.workloads import Workload
 
 if TYPE_CHECKING:
     from tensortune.templates import Template
+    from tensortune.templates.weight_packing import PackedWeight
 
 #: TVM device name of each target kind.
 DEVICE_OF_KIND = {"llvm": "cpu", "c": "cpu", "cuda": "cuda"}
@@ -41,15 +44,18 @@ def warm_up() -> None:
     import tvm  # noqa: F401
 
 
-def build(template: Template, config: dict[str, Any], target: dict[str, Any], path: str) -> float:
+def build(
+    template: Template, config: dict[str, Any], target: dict[str, Any], path: str
+) -> tuple[float, tuple[PackedWeight, ...]]:
     """Schedule `config` with `template`, compile it and export it to `path`; returns compile
-    seconds."""
+    seconds and the arguments its ``main`` takes packed (see
+    `tensortune.templates.compile.compile_config`)."""
     from tensortune.templates.compile import compile_config
 
     start = time.perf_counter()
-    _, executable = compile_config(template, config, target)
+    _, executable, packed = compile_config(template, config, target)
     executable.export_library(path)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, packed
 
 
 def workload_data(workload: Workload) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -67,11 +73,17 @@ def workload_data(workload: Workload) -> tuple[list[np.ndarray], list[np.ndarray
 
 
 def run(
-    path: str, workload: Workload, settings: MeasureSettings, device_kind: str = "llvm"
+    path: str,
+    workload: Workload,
+    settings: MeasureSettings,
+    device_kind: str = "llvm",
+    packed: Sequence[PackedWeight] = (),
 ) -> list[float] | str:
     """Load the kernel at `path`, check one run against NumPy, then time it with `settings`
     (``number``, ``repeat``, ``min_repeat_ms``, ``check_results``, ``rtol``) on this machine's
     device of the target kind `device_kind` (default ``"llvm"``: the CPU; ``"cuda"``: GPU 0).
+    `packed`: the arguments its ``main`` takes packed, which its ``prepack`` packs before the
+    check and the timing (default none; see `build`).
 
     A kernel so slow that the full timing would not fit in half of ``settings.run_timeout`` is
     timed once: it gets a (bad) cost the sampler can learn from instead of a timeout.
@@ -81,11 +93,15 @@ def run(
 
     module = tvm.runtime.load_module(path)
     dev = tvm.device(DEVICE_OF_KIND.get(device_kind, device_kind), 0)
-    return check_and_time(module, dev, workload, settings)
+    return check_and_time(module, dev, workload, settings, packed)
 
 
 def check_and_time(
-    module: Any, dev: Any, workload: Workload, settings: MeasureSettings
+    module: Any,
+    dev: Any,
+    workload: Workload,
+    settings: MeasureSettings,
+    packed: Sequence[PackedWeight] = (),
 ) -> list[float] | str:
     """Run the loaded `module` once on `dev` (this machine's or an RPC session's), check its
     outputs against NumPy, then time it; the arguments and the result are `run`'s."""
@@ -95,6 +111,8 @@ def check_and_time(
     # Outputs start as NaN so a kernel that skips elements cannot pass the check.
     outputs = [np.full(e.shape, np.nan, dtype=e.dtype) for e in expected]
     args = [tvm.runtime.tensor(a, dev) for a in [*inputs, *outputs]]
+    # Packed once, outside the timing, as a built model packs its weights at build time.
+    args = pack_arguments(module, args, packed, dev)
     # Wall time of the first run (a remote round trip included): it only decides the short cut.
     start = time.perf_counter()
     module["main"](*args)

@@ -13,17 +13,26 @@ import numpy as np
 from tensortune.errors import TensortuneError, last_line
 from tensortune.model.database import RECORDS_FILE, WORKLOADS_FILE
 from tensortune.model.frontend import ModelProgram
+from tensortune.model.tasks import fusion_passes, packing_passes
 
 #: Tolerance of the output check, as in the kernels' own check (float32 sums in another order).
 RTOL, ATOL = 1e-3, 1e-4
 
 
-def build(program: ModelProgram, target: dict[str, Any], database_dir: str | None) -> Any:
+def build(
+    program: ModelProgram,
+    target: dict[str, Any],
+    database_dir: str | None,
+    prepack_weights: bool = False,
+) -> Any:
     """The model compiled for `target` with the kernels of the MetaSchedule database in
-    `database_dir` (None: TVM's own build, untuned); a Relax ``VMExecutable``."""
+    `database_dir` (None: TVM's own build, untuned); a Relax ``VMExecutable``.
+
+    With `prepack_weights` (default False) the database's kernels are those of tasks extracted
+    with weight packing (`tensortune.model.tasks.extract_tasks`), and the weights they read
+    packed are packed here, once, into constants of the build."""
     import os
 
-    import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
@@ -38,12 +47,39 @@ def build(program: ModelProgram, target: dict[str, Any], database_dir: str | Non
             path_tuning_record=os.path.join(database_dir, RECORDS_FILE),
             allow_missing=False,
         )
+        if prepack_weights:
+            return _build_packed(program.mod, tvm_target, database)
         return ms.relax_integration.compile_relax(database, program.mod, tvm_target, None)
-    except tvm.error.TVMError as err:
+    except Exception as err:  # TVM's errors have no common base of their own in 0.27
         raise TensortuneError(
             f"TVM cannot build {program.name} for {target.get('kind')}: "
             f"{last_line(err, 'unknown error')}"
         ) from None
+
+
+def _build_packed(mod: Any, target: Any, database: Any) -> Any:
+    """`compile_relax`'s pipeline with the weights marked layout-free before the database's
+    kernels go in, and each kernel's packing split off and folded into the constants after."""
+    import tvm
+    from tvm import relax
+
+    # TVM 0.27's `relax.pipeline` dispatch misses the CPU backend's lists (weight packing is
+    # for CPU targets only), so they come from the backend's module.
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    # The database pass reads the target and the database from the context it is made in.
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        passes = [
+            *fusion_passes(target),
+            *packing_passes(),
+            relax.transform.MetaScheduleApplyDatabase(enable_warning=False),
+            relax.transform.SplitLayoutRewritePreproc(),
+            relax.transform.FoldConstant(),
+            relax.transform.DeadCodeElimination(),  # the packing functions, now unused
+            *cpu.dataflow_lower_passes(target),
+            *cpu.finalize_passes(target),
+        ]
+        return relax.build(mod, target=target, relax_pipeline=tvm.transform.Sequential(passes))
 
 
 def run(executable: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

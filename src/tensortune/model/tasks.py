@@ -69,16 +69,28 @@ def fusion_passes(target: Any) -> list[Any]:
     ]
 
 
-def extract_tasks(mod: Any, target: Any) -> list[ModelTask]:
+def packing_passes() -> list[Any]:
+    """The pass that marks the model's weights (its constants) layout-free in every fused
+    function, so that a CPU schedule may pack them into another layout, once, at build time
+    (see `tensortune.templates.weight_packing`); after `fusion_passes`."""
+    from tvm import relax
+
+    return [relax.transform.AttachAttrLayoutFreeBuffers()]
+
+
+def extract_tasks(mod: Any, target: Any, prepack_weights: bool = False) -> list[ModelTask]:
     """The tuning tasks of Relax module `mod` on TVM target `target`, heaviest first (by
-    weight, then name); `TensortuneError` with one line where TVM cannot legalize or fuse it."""
+    weight, then name); `TensortuneError` with one line where TVM cannot legalize or fuse it.
+    With `prepack_weights` (default False) their weights are marked layout-free
+    (`packing_passes`): other functions, so other tasks."""
     import tvm
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
+    passes = fusion_passes(target) + (packing_passes() if prepack_weights else [])
     try:
         with target:
-            fused = tvm.transform.Sequential(fusion_passes(target))(mod)
+            fused = tvm.transform.Sequential(passes)(mod)
         extracted = ms.relax_integration.extract_tasks(fused, target)
     except Exception as err:
         raise TensortuneError(

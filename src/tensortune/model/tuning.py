@@ -42,6 +42,8 @@ class ModelTuning:
         studies: Per task, its study (None for a task whose space has no knobs, or not begun).
         study_names: Per task, the name of its study.
         templates: Per task, its MetaSchedule design space (made once, used for every batch).
+        prepack_weights: Whether the tasks were extracted with weight packing (their kernels
+            may read the weights in a layout packed once at build time).
     """
 
     program: ModelProgram
@@ -50,6 +52,7 @@ class ModelTuning:
     studies: list[optuna.Study | None]
     study_names: list[str] = dataclasses.field(default_factory=list)
     templates: list[MetaScheduleTemplate] = dataclasses.field(default_factory=list)
+    prepack_weights: bool = False
 
     @property
     def tunable(self) -> list[bool]:
@@ -101,6 +104,7 @@ def tune_model(
     batch_size: int = BATCH,
     progress: Callable[[str], None] | None = None,
     settings: MeasureSettings | None = None,
+    prepack_weights: bool = False,
 ) -> ModelTuning:
     """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
     all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
@@ -116,13 +120,17 @@ def tune_model(
         batch_size: Trials a task gets at a time. Default `BATCH`.
         progress: Called with a line after each batch. Default None: printed to stderr.
         settings: How candidates are built and timed. Default None: `MeasureSettings()`.
+        prepack_weights: Let each kernel read the model's weights in a layout of its own,
+            packed once at build time, as ONNX Runtime and MetaSchedule's
+            ``cpu_weight_prepack`` do (CPU targets only). Its tasks are other functions, so
+            other studies than those of a run without it. Default False.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
     if batch_size < 1:
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    tuning = model_tuning(program, target, storage, create=True)
+    tuning = model_tuning(program, target, storage, create=True, prepack_weights=prepack_weights)
     cold = flushes_caches(settings or MeasureSettings(), tuning.target["kind"])
     for study in tuning.studies:  # every task before any is measured: nothing half-done
         if study is not None:
@@ -225,6 +233,7 @@ def model_tuning(
     storage: str | None = None,
     *,
     create: bool = False,
+    prepack_weights: bool = False,
 ) -> ModelTuning:
     """Where the tuning of `program` stands in `storage`: its tasks and their studies, tuning
     nothing.
@@ -234,13 +243,16 @@ def model_tuning(
         target: As for `tune_model`. Default ``"llvm"``.
         storage: As for `tune_model`. Default None: ``tensortune.db`` in the working folder.
         create: Whether a missing SQLite file may be created. Default False: it is an error.
+        prepack_weights: As for `tune_model`. Default False.
     """
     from tensortune.storage import open_storage
     from tensortune.target import make_target, target_spec
     from tensortune.tuning import default_study_name
 
     spec = target_spec(target)
-    tasks = extract_tasks(program.mod, make_target(spec))
+    if prepack_weights and spec["kind"] != "llvm":
+        raise TensortuneError(f"weight packing is for CPU (llvm) targets, not {spec['kind']}")
+    tasks = extract_tasks(program.mod, make_target(spec), prepack_weights)
     if not tasks:
         raise TensortuneError(f"{program.name} has no kernel to tune")
     # A tuning run opens it with heartbeats, so that it can fail a killed run's trials.
@@ -251,7 +263,7 @@ def model_tuning(
         _load(db, name) if template.knobs else None
         for name, template in zip(names, templates, strict=True)
     ]
-    return ModelTuning(program, spec, tasks, studies, names, templates)
+    return ModelTuning(program, spec, tasks, studies, names, templates, prepack_weights)
 
 
 def _load(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:

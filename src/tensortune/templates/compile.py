@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tensortune.target import make_target
+from tensortune.templates.weight_packing import PackedWeight, packs_weights, split_weight_packing
 
 if TYPE_CHECKING:
     from tvm.runtime import Executable
@@ -16,8 +17,12 @@ if TYPE_CHECKING:
 
 def compile_config(
     template: Template, config: Mapping[str, Any], target: dict[str, Any]
-) -> tuple[Schedule, Executable]:
+) -> tuple[Schedule, Executable, tuple[PackedWeight, ...]]:
     """`config` scheduled by `template` and compiled by ``tvm.compile`` for `target`.
+
+    A schedule that packs weights into another layout (a model's task on a CPU, see
+    `tensortune.templates.weight_packing`) is compiled split: ``main`` takes those weights
+    packed, and ``prepack`` packs them, as a built model does once at build time.
 
     The one build path of the tuner's workers (`tensortune.measure.worker_tasks.build`), the
     export (`tensortune.export.export_best`) and the dashboard's kernel code
@@ -30,8 +35,9 @@ def compile_config(
         target: Target dict (`tensortune.target.target_spec`).
 
     Returns:
-        The schedule (its ``mod`` is the scheduled TIR) and TVM's executable (``export_library``
-        writes the kernel; ``mod`` is the runtime module).
+        The schedule (its ``mod`` is the scheduled TIR), TVM's executable (``export_library``
+        writes the kernel; ``mod`` is the runtime module), and the arguments ``main`` takes
+        packed (none for most kernels).
 
     Raises:
         ValueError: `InvalidConfig` or another `ValueError` from `Template.apply`.
@@ -40,4 +46,8 @@ def compile_config(
     import tvm
 
     sch = template.apply(config)
-    return sch, tvm.compile(sch.mod, target=make_target(target))
+    mod, packed = sch.mod, tuple[PackedWeight, ...]()
+    if packs_weights(sch.mod):
+        is_input = [spec[2] for spec in template.workload.argument_specs()]
+        mod, packed = split_weight_packing(sch.mod, is_input)
+    return sch, tvm.compile(mod, target=make_target(target)), packed
