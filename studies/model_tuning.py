@@ -52,7 +52,7 @@ from results_io import write_csv
 from tensortune.measure import MeasureSettings
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
-from tensortune.model.tasks import fusion_passes
+from tensortune.model.tasks import fusion_passes, packing_passes
 from tensortune.model.tuning import ModelTuning, task_state
 from tensortune.target import make_target, target_spec
 
@@ -140,7 +140,12 @@ def vm_call(executable: Any, inputs: list[np.ndarray]) -> Callable[[], Any]:
 
 
 def metaschedule_tune(
-    program: Any, target: dict, budgets: list[int], work_dir: str, seed: int
+    program: Any,
+    target: dict,
+    budgets: list[int],
+    work_dir: str,
+    seed: int,
+    prepack_weights: bool = False,
 ) -> dict[int, float]:
     """MetaSchedule's ``tune_relax`` steps, run once for the largest of `budgets` with our build
     threads and its own runner; returns the seconds at which each budget's run would have
@@ -151,7 +156,9 @@ def metaschedule_tune(
     ``max_trials_global`` and picks each next task from the history alone (a task's cap is the
     whole budget), so the batches up to the one that reaches `b` are what a run of `b` trials
     measures (to within one batch: a finished batch is read when the scheduler next joins it);
-    `metaschedule_build` builds the model from those records."""
+    `metaschedule_build` builds the model from those records. With `prepack_weights` its tasks
+    are extracted with the weights layout-free, as ``static_shape_tuning_pipeline``'s
+    ``cpu_weight_prepack`` does."""
     import logging
 
     import tvm
@@ -177,8 +184,9 @@ def metaschedule_tune(
     # Its per-task tables and XGBoost iterations still go to work_dir/logs.
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tvm_target = make_target(target)
+    passes = fusion_passes(tvm_target) + (packing_passes() if prepack_weights else [])
     with tvm_target:
-        fused = tvm.transform.Sequential(fusion_passes(tvm_target))(program.mod)
+        fused = tvm.transform.Sequential(passes)(program.mod)
     extracted = ms.relax_integration.extract_tasks(fused, tvm_target)
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
         extracted, work_dir, seed=seed, num_threads=int(target.get("num-cores", 2))
@@ -209,10 +217,13 @@ def metaschedule_tune(
     return {budget: seconds for budget, (seconds, _) in reached.items()}
 
 
-def metaschedule_build(program: Any, target: dict, work_dir: str, budget: int) -> Any:
+def metaschedule_build(
+    program: Any, target: dict, work_dir: str, budget: int, prepack_weights: bool = False
+) -> Any:
     """The model built with the records that `metaschedule_tune`'s run in `work_dir` had
     measured when a run of `budget` trials would have stopped (its database appends records in
-    the order they were measured)."""
+    the order they were measured); with `prepack_weights`, a run of that setting's, built as
+    ours are with it."""
     from tvm.s_tir import meta_schedule as ms
 
     with open(os.path.join(work_dir, "milestones.json")) as f:
@@ -224,6 +235,8 @@ def metaschedule_build(program: Any, target: dict, work_dir: str, budget: int) -
         records = f.readlines()[:count]
     with open(os.path.join(folder, "database_tuning_record.json"), "w") as f:
         f.writelines(records)
+    if prepack_weights:
+        return build(program, target, folder, prepack_weights=True)
     database = ms.database.JSONDatabase(work_dir=folder)
     return ms.relax_integration.compile_relax(database, program.mod, make_target(target), None)
 
@@ -295,18 +308,24 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     tuning = None
     # Ours as users get it, and (--cold-cache) tuned on timings with the weights flushed from
     # the caches, in studies of its own: side by side in the round-robin below.
-    variants = {"tensortune": (storage, None)}
+    # (--prepack-weights) tuned with each weight packed once at build time, as ONNX Runtime
+    # does: other tasks, so studies of their own.
+    variants = {"tensortune": (storage, None, False)}
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
-        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True))
-    for system, (url, settings) in variants.items():
+        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True), False)
+    if args.prepack_weights:
+        packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
+        variants["tensortune-prepacked"] = (packed, None, True)
+    for system, (url, settings, prepack) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
             key = f"{system}@{budget}"
             start = time.perf_counter()
             tuned_model = tune_model(
-                program, budget, target, storage=url, seed=args.seed, settings=settings
-            )
+                program, budget, target, storage=url, seed=args.seed, settings=settings,
+                prepack_weights=prepack,
+            )  # fmt: skip
             if system == "tensortune":  # the per-task rows and the profile are of this one
                 tuning = tuned_model
             if key not in ledger:
@@ -314,19 +333,22 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             previous = ledger[key]
             database = os.path.join(folder, f"db-{system}-{budget}")
             write_database(tuned_model.tasks, tuned_model.studies, tuned_model.target, database)
-            tuned = build(program, target, database)
+            tuned = build(program, target, database, prepack)
             check_outputs(run(tuned, inputs), expected)
             calls[key] = vm_call(tuned, inputs)
-    if args.metaschedule:
-        work_dir = os.path.join(args.work, f"{name}-ms")
-        keys = {budget: f"metaschedule@{budget}" for budget in budgets}
+    peers = {"metaschedule": False} if args.metaschedule else {}
+    if args.metaschedule and args.prepack_weights:
+        peers["metaschedule-prepacked"] = True
+    for system, prepack in peers.items():
+        work_dir = os.path.join(args.work, f"{name}-ms" + ("-prepacked" if prepack else ""))
+        keys = {budget: f"{system}@{budget}" for budget in budgets}
         if keys[budgets[-1]] not in ledger:
             shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
-            reached = metaschedule_tune(program, target, budgets, work_dir, args.seed)
+            reached = metaschedule_tune(program, target, budgets, work_dir, args.seed, prepack)
             for budget, seconds in reached.items():
                 ledger.record(keys[budget], seconds)
         for budget in budgets:
-            built = metaschedule_build(program, target, work_dir, budget)
+            built = metaschedule_build(program, target, work_dir, budget, prepack)
             check_outputs(run(built, inputs), expected)
             calls[keys[budget]] = vm_call(built, inputs)
     tuning_s = ledger.seconds
@@ -393,6 +415,32 @@ def add_in_model_times(tasks: list[dict], profiles: dict[str, Any], budget: int)
         row["in_model_us"] = round(found["seconds"] * 1e6, 1) if found else ""
 
 
+def _goal_lines(model: str, system: str, peer_system: str, mine: dict) -> list[str]:
+    """Issue 22's goals for our `system` on `model` (rows of the model by (system, budget))."""
+    ours = [r for (s, _), r in mine.items() if s == system]
+    if not ours:
+        return []
+    lines = []
+    best = max(ours, key=lambda r: int(r["budget"]))
+    for peer in ("pytorch-eager", "onnxruntime"):
+        if (peer, "") in mine:
+            ratio = mine[(peer, "")]["latency_ms"] / best["latency_ms"]
+            verdict = "met" if ratio >= 1.2 else "not met"
+            lines.append(f"| ≥ 1.2× {peer} | {model} ({system}) | {verdict} | {ratio:.2f}× at "
+                         f"{best['budget']} trials |")  # fmt: skip
+    for r in ours:
+        peer_row = mine.get((peer_system, r["budget"]))
+        if peer_row is None:
+            continue
+        faster = peer_row["latency_ms"] / r["latency_ms"]
+        quicker = r["tuning_s"] < peer_row["tuning_s"]
+        verdict = "met" if faster >= 1.0 and quicker else "not met"
+        lines.append(f"| ahead of {peer_system} in less wall time | {model} ({system}) "
+                     f"@{r['budget']} | {verdict} | {faster:.2f}× its latency; "
+                     f"{r['tuning_s']} s against {peer_row['tuning_s']} s |")  # fmt: skip
+    return lines
+
+
 def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None) -> str:
     """Markdown: latencies per model and system, the goals, and where the time goes."""
     lines = ["| model | system | trials | latency ms | × PyTorch eager | tuning s |",
@@ -400,28 +448,12 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
     lines += [f"| {r['model']} | {r['system']} | {r['budget']} | {r['latency_ms']} | "
               f"{r['x_eager']} | {r['tuning_s']} |" for r in rows]  # fmt: skip
     lines += ["", "| goal (issue 22) | model | verdict | numbers |", "|---|---|---|---|"]
+    # Each of ours against its like: MetaSchedule with the same weight packing (or none).
+    pairs = {"tensortune": "metaschedule", "tensortune-prepacked": "metaschedule-prepacked"}
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = {(r["system"], r["budget"]): r for r in rows if r["model"] == model}
-        ours = [r for (s, _), r in mine.items() if s == "tensortune"]
-        if not ours:
-            continue
-        best = max(ours, key=lambda r: int(r["budget"]))
-        for peer in ("pytorch-eager", "onnxruntime"):
-            if (peer, "") in mine:
-                ratio = mine[(peer, "")]["latency_ms"] / best["latency_ms"]
-                verdict = "met" if ratio >= 1.2 else "not met"
-                lines.append(f"| ≥ 1.2× {peer} | {model} | {verdict} | {ratio:.2f}× at "
-                             f"{best['budget']} trials |")  # fmt: skip
-        for r in ours:
-            peer_row = mine.get(("metaschedule", r["budget"]))
-            if peer_row is None:
-                continue
-            faster = peer_row["latency_ms"] / r["latency_ms"]
-            quicker = r["tuning_s"] < peer_row["tuning_s"]
-            verdict = "met" if faster >= 1.0 and quicker else "not met"
-            lines.append(f"| ahead of MetaSchedule in less wall time | {model} @{r['budget']} | "
-                         f"{verdict} | {faster:.2f}× its latency; {r['tuning_s']} s against "
-                         f"{peer_row['tuning_s']} s |")  # fmt: skip
+        for system, peer_system in pairs.items():
+            lines += _goal_lines(model, system, peer_system, mine)
     if split:
         lines += ["", "Where a run's time goes (ms; instrumented runs, so a little slower than "
                   "the latencies above):", "",
@@ -451,6 +483,10 @@ def main() -> None:
     parser.add_argument("--cold-cache", action="store_true",
                         help="also ours tuned on timings with the weights flushed from the "
                         "caches (MeasureSettings.flush_cache)")  # fmt: skip
+    parser.add_argument("--prepack-weights", action="store_true",
+                        help="also ours and MetaSchedule tuned with each weight packed once "
+                        "at build time (tune_model's prepack_weights, MetaSchedule's "
+                        "cpu_weight_prepack)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
     parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
@@ -472,6 +508,7 @@ def main() -> None:
     for name in args.models:
         # A model finished by an earlier run (same budgets) is not tuned or timed again.
         runs = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
+        runs += "-prepacked" if args.prepack_weights else ""
         done = os.path.join(args.work, f"{name}-results-{runs}.json")
         if os.path.exists(done):
             with open(done) as f:

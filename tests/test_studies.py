@@ -543,7 +543,7 @@ def test_model_tuning_quick(tmp_path):
         tasks = list(csv.DictReader(f))
     assert sum(int(t["trials"]) for t in tasks) == 16
     summary = (tmp_path / "model_tuning_summary.md").read_text()
-    assert "| ≥ 1.2× pytorch-eager | tiny-cnn |" in summary
+    assert "| ≥ 1.2× pytorch-eager | tiny-cnn (tensortune) |" in summary
     # Run again as after a kill that came before the timing: nothing is tuned again (our
     # studies hold their 16 trials, MetaSchedule's databases are built as they are) and the
     # tuning seconds are the first run's.
@@ -554,6 +554,26 @@ def test_model_tuning_quick(tmp_path):
     }
     with open(tmp_path / "model_tasks.csv") as f:
         assert sum(int(t["trials"]) for t in csv.DictReader(f)) == 16
+
+
+@pytest.mark.slow
+def test_model_tuning_quick_with_packed_weights(tmp_path):
+    """With --prepack-weights ours and MetaSchedule also tune with the weights packed at build
+    time, in studies and databases of their own; each build's outputs are checked."""
+    pytest.importorskip("onnx")
+    rows = run_quick(
+        "model_tuning.py", tmp_path, "--work", str(tmp_path / "w"), "--prepack-weights"
+    )
+    systems = {(r["system"], r["budget"]) for r in rows}
+    tuners = ("tensortune", "tensortune-prepacked", "metaschedule", "metaschedule-prepacked")
+    assert {(tuner, n) for tuner in tuners for n in ("8", "16")} <= systems
+    packed = {r["budget"]: float(r["tuning_s"]) for r in rows if r["system"] == tuners[1]}
+    assert packed["16"] > packed["8"] > 0
+    summary = (tmp_path / "model_tuning_summary.md").read_text()
+    assert (
+        "ahead of metaschedule-prepacked in less wall time | tiny-cnn (tensortune-prepacked)"
+        in summary
+    )
 
 
 def test_transfer_summary_per_cost_model(tmp_path):
