@@ -203,6 +203,15 @@ def test_bad_models_and_inputs_are_one_line(onnx_file, tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def test_a_build_tvm_refuses_is_one_line(onnx_file, tmp_path):
+    """TVM's own errors in a build (here: no database in the folder) become one line."""
+    program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
+    for prepack in (False, True):
+        with pytest.raises(TensortuneError, match="TVM cannot build small for llvm") as raised:
+            build(program, target_spec("llvm"), str(tmp_path), prepack)
+        assert "\n" not in str(raised.value)
+
+
 @pytest.mark.slow
 def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
     pytest.importorskip("onnxruntime")
