@@ -103,6 +103,7 @@ def split_weight_packing(
             out = builder.emit_output(relax.call_tir(kernel, args, outputs))
         builder.emit_func_output(out)
     split = relax.transform.SplitLayoutRewritePreproc()(builder.get())
+    # Positions among the inputs, which come first, are positions among all arguments.
     packing, compute, order = _read_split(split, args)
     # The packing function writes the packed weights in the order it reads the originals;
     # each keeps its argument's position in the compute function, with another shape.
