@@ -52,7 +52,7 @@ from results_io import write_csv
 from tensortune.measure import MeasureSettings
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
-from tensortune.model.tasks import fusion_passes, packing_passes
+from tensortune.model.tasks import task_passes
 from tensortune.model.tuning import ModelTuning, task_state
 from tensortune.target import make_target, target_spec
 
@@ -184,9 +184,8 @@ def metaschedule_tune(
     # Its per-task tables and XGBoost iterations still go to work_dir/logs.
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tvm_target = make_target(target)
-    passes = fusion_passes(tvm_target) + (packing_passes() if prepack_weights else [])
     with tvm_target:
-        fused = tvm.transform.Sequential(passes)(program.mod)
+        fused = tvm.transform.Sequential(task_passes(tvm_target, prepack_weights))(program.mod)
     extracted = ms.relax_integration.extract_tasks(fused, tvm_target)
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
         extracted, work_dir, seed=seed, num_threads=int(target.get("num-cores", 2))

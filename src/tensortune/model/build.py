@@ -13,7 +13,7 @@ import numpy as np
 from tensortune.errors import TensortuneError, last_line
 from tensortune.model.database import RECORDS_FILE, WORKLOADS_FILE
 from tensortune.model.frontend import ModelProgram
-from tensortune.model.tasks import fusion_passes, packing_passes
+from tensortune.model.tasks import task_passes
 
 #: Tolerance of the output check, as in the kernels' own check (float32 sums in another order).
 RTOL, ATOL = 1e-3, 1e-4
@@ -70,8 +70,7 @@ def _build_packed(mod: Any, target: Any, database: Any) -> Any:
     # The database pass reads the target and the database from the context it is made in.
     with target, database, tvm.transform.PassContext(opt_level=3):
         passes = [
-            *fusion_passes(target),
-            *packing_passes(),
+            *task_passes(target, prepack_weights=True),
             relax.transform.MetaScheduleApplyDatabase(enable_warning=False),
             relax.transform.SplitLayoutRewritePreproc(),
             relax.transform.FoldConstant(),

@@ -69,25 +69,27 @@ def fusion_passes(target: Any) -> list[Any]:
     ]
 
 
-def packing_passes() -> list[Any]:
-    """The pass that marks the model's weights (its constants) layout-free in every fused
-    function, so that a CPU schedule may pack them into another layout, once, at build time
-    (see `tensortune.templates.weight_packing`); after `fusion_passes`."""
+def task_passes(target: Any, prepack_weights: bool = False) -> list[Any]:
+    """`fusion_passes`, then, with `prepack_weights` (default False), the pass that marks the
+    model's weights (its constants) layout-free in every fused function, so that a CPU
+    schedule may pack them into another layout, once, at build time (see
+    `tensortune.templates.weight_packing`): the functions the tasks and the database key on."""
     from tvm import relax
 
-    return [relax.transform.AttachAttrLayoutFreeBuffers()]
+    packing = [relax.transform.AttachAttrLayoutFreeBuffers()] if prepack_weights else []
+    return fusion_passes(target) + packing
 
 
 def extract_tasks(mod: Any, target: Any, prepack_weights: bool = False) -> list[ModelTask]:
     """The tuning tasks of Relax module `mod` on TVM target `target`, heaviest first (by
     weight, then name); `TensortuneError` with one line where TVM cannot legalize or fuse it.
     With `prepack_weights` (default False) their weights are marked layout-free
-    (`packing_passes`): other functions, so other tasks."""
+    (`task_passes`): other functions, so other tasks."""
     import tvm
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
-    passes = fusion_passes(target) + (packing_passes() if prepack_weights else [])
+    passes = task_passes(target, prepack_weights)
     try:
         with target:
             fused = tvm.transform.Sequential(passes)(mod)

@@ -72,7 +72,8 @@ def split_weight_packing(
 ) -> tuple[Any, tuple[PackedWeight, ...]]:
     """`mod` with ``main`` taking its packed weights and a `PREPACK` function that packs them,
     and the packed arguments in the order `PREPACK` takes them: ``prepack(*originals,
-    *packed)``. A module without a packing block comes back as it is, with none.
+    *packed)``. `mod` must hold a packing block (`packs_weights`, which the caller checks
+    first: a kernel that packs nothing needs none of this); `ValueError` otherwise.
 
     Args:
         mod: A TIR module whose ``main`` is a scheduled kernel.
@@ -81,8 +82,6 @@ def split_weight_packing(
     import tvm
     from tvm import relax
 
-    if not packs_weights(mod):
-        return mod, ()
     func = mod["main"]
     buffers = list(func.params)  # TVM 0.27: the parameters are the buffers
     if list(is_input) != sorted(is_input, reverse=True):
