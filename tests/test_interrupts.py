@@ -19,7 +19,8 @@ from optuna.trial import TrialState
 import tensortune
 from tensortune import cli, scratch, tuning
 from tensortune.export import export_best
-from tensortune.storage import TrialHeartbeats, create_study, fail_stale_trials, open_storage
+from tensortune.heartbeats import TrialHeartbeats, fail_stale_trials
+from tensortune.storage import create_study, open_storage
 from tensortune.trial_records import is_abandoned, stale_trial_numbers
 from tensortune.tuning import Objective, _run_batches
 from tensortune.workloads import get_workload

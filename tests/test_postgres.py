@@ -27,16 +27,16 @@ from optuna.trial import TrialState
 
 import tensortune
 from tensortune.errors import TensortuneError
-from tensortune.sampler import CostModelSampler
-from tensortune.sampler.history import KnobSpace, read_history
-from tensortune.storage import (
+from tensortune.heartbeats import (
     GRACE_PERIOD_ENV,
     HEARTBEAT_INTERVAL_ENV,
     TrialHeartbeats,
     fail_stale_trials,
     heartbeat_settings,
-    open_storage,
 )
+from tensortune.sampler import CostModelSampler
+from tensortune.sampler.history import KnobSpace, read_history
+from tensortune.storage import open_storage
 from tensortune.templates import CpuTemplate
 from tensortune.trial_records import CONFIG_ATTR, stale_trial_numbers, trial_config
 

@@ -25,17 +25,11 @@ from tensortune.dashboard import (
     publish_progress,
 )
 from tensortune.errors import TensortuneError
+from tensortune.heartbeats import TrialHeartbeats, fail_stale_trials
 from tensortune.measure import Measurer, MeasureResult, MeasurerLike, MeasureSettings, RpcDevice
 from tensortune.measure.worker_tasks import flushes_caches
 from tensortune.sampler.transfer import AUTO, check_sources, find_sources
-from tensortune.storage import (
-    TrialHeartbeats,
-    create_study,
-    fail_stale_trials,
-    find_study,
-    open_storage,
-    target_key,
-)
+from tensortune.storage import create_study, find_study, open_storage, target_key
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import SPACES, InvalidConfig, Template, template_for
 from tensortune.trial_records import CACHE_FLUSHED_ATTR, check_same_timing, count_finished
@@ -276,7 +270,7 @@ def tune(
         shape: Shape parameters when `workload` is a name. Default None.
         storage: Optuna storage URL. Default ``sqlite:///tensortune.db`` in the working folder.
             Running trials record a heartbeat there, and trials of killed workers on the
-            study are failed as stale before each batch (`tensortune.storage.TrialHeartbeats`).
+            study are failed as stale before each batch (`tensortune.heartbeats.TrialHeartbeats`).
         study_name: Default ``"<workload key>@<target>"``, e.g.
             ``"matmul(M=64,N=64,K=64)@llvm-znver4"``, with ``"@<device key>"`` appended when
             timing on a remote `device` (its timings are not this machine's). Printable

@@ -152,7 +152,7 @@ def tune_model(
 def _fail_stale(tuning: ModelTuning) -> None:
     """Fail the trials a killed run left RUNNING in any task study (once their heartbeat is
     older than the grace period): a task the budget does not reach again keeps none."""
-    from tensortune.storage import fail_stale_trials
+    from tensortune.heartbeats import fail_stale_trials
 
     for study in tuning.studies:
         if study is not None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
+from tensortune.sampler.settings import RoundSettings
 from tensortune.sampler.transfer import (
     MIN_EVIDENCE,
     SourceRows,
@@ -32,43 +33,6 @@ from tensortune.search import (
 
 #: Maps ``(n, m)`` knob indices to ``(n, d)`` feature rows (NaN rows: unschedulable configs).
 Featurize = Callable[[np.ndarray], np.ndarray]
-
-
-@dataclasses.dataclass(frozen=True)
-class RoundSettings:
-    """How one round searches; see `CostModelSampler` for what each field means."""
-
-    loss: str
-    acquisition: str
-    n_models: int
-    batch_size: int
-    candidate_factor: float
-    diversity: float | None
-    epsilon: float
-    n_chains: int
-    anneal_steps: int
-    restart_share: float
-    source_half_life: float = 32.0
-    source_weighting: str = "evidence"
-    cost_model: str = "xgb"
-    search: str = "anneal"
-    #: `tensortune.search.evolve`'s sizes per round: (n_fresh, population, children,
-    #: generations); see `evolve_sizes`.
-    evolution: tuple[int, int, int, int] = (4096, 512, 1536, 4)
-    explore_share: float = 0.25
-    explore_distance: int = 3
-
-
-#: Searches a round can run: ``"evolve"`` (`tensortune.search.evolve`) or ``"anneal"``
-#: (`tensortune.search.anneal`, AutoTVM's).
-SEARCHES = ("evolve", "anneal")
-
-
-def evolve_sizes(cheap_features: bool) -> tuple[int, int, int, int]:
-    """(n_fresh, population, children, generations) of an evolution round: about 10^4
-    configs scored where features cost microseconds (knob features), about 600 where each
-    config is lowered through TVM (5-9 ms), the annealer's budget."""
-    return (4096, 512, 1536, 4) if cheap_features else (256, 64, 128, 3)
 
 
 @dataclasses.dataclass
