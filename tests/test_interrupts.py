@@ -18,11 +18,12 @@ from optuna.trial import TrialState
 
 import tensortune
 from tensortune import cli, scratch, tuning
+from tensortune.batches import run_batches
 from tensortune.export import export_best
 from tensortune.heartbeats import TrialHeartbeats, fail_stale_trials
 from tensortune.storage import create_study, open_storage
 from tensortune.trial_records import is_abandoned, stale_trial_numbers
-from tensortune.tuning import Objective, _run_batches
+from tensortune.tuning import Objective
 from tensortune.workloads import get_workload
 
 
@@ -73,7 +74,7 @@ def test_ctrl_c_while_publishing_the_best_kernel_tells_the_measured_batch(
     monkeypatch.setattr(tuning, "publish_kernel", interrupted)
     store = optuna.artifacts.FileSystemArtifactStore(str(tmp_path))
     with pytest.raises(KeyboardInterrupt):
-        _run_batches(study, objective, 2, 2, False, store)
+        run_batches(study, objective, 2, 2, False, store)
     trials = study.trials
     assert len(trials) == 2 and all(_measured(t) for t in trials), _states(study)
     assert any(t.state == TrialState.COMPLETE for t in trials)  # so publish_kernel was called
@@ -93,7 +94,7 @@ def test_ctrl_c_during_the_tell_waits_until_the_batch_is_told(batch_setup, monke
 
     monkeypatch.setattr(optuna.Study, "tell", tell_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
-        _run_batches(study, objective, 4, 2, False)
+        run_batches(study, objective, 4, 2, False)
     assert told == [0, 1]  # the interrupt came out once the batch was told, before the next
     assert all(_measured(t) for t in study.trials), _states(study)
 
@@ -112,7 +113,7 @@ def test_ctrl_c_while_recording_tells_the_recorded_and_frees_the_rest(batch_setu
 
     monkeypatch.setattr(Objective, "_record", record_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
-        _run_batches(study, objective, 2, 2, False)
+        run_batches(study, objective, 2, 2, False)
     first, second = study.trials
     assert _measured(first), _states(study)
     assert (second.state, second.user_attrs.get("failed_stage")) == (
