@@ -52,7 +52,7 @@ from results_io import write_csv
 from tensortune.measure import MeasureSettings
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
-from tensortune.model.tasks import task_passes
+from tensortune.model.tasks import NO_REWRITES, Rewrites, task_passes
 from tensortune.model.tuning import ModelTuning, task_state
 from tensortune.target import make_target, target_spec
 
@@ -145,7 +145,7 @@ def metaschedule_tune(
     budgets: list[int],
     work_dir: str,
     seed: int,
-    prepack_weights: bool = False,
+    rewrites: Rewrites = NO_REWRITES,
 ) -> dict[int, float]:
     """MetaSchedule's ``tune_relax`` steps, run once for the largest of `budgets` with our build
     threads and its own runner; returns the seconds at which each budget's run would have
@@ -156,9 +156,9 @@ def metaschedule_tune(
     ``max_trials_global`` and picks each next task from the history alone (a task's cap is the
     whole budget), so the batches up to the one that reaches `b` are what a run of `b` trials
     measures (to within one batch: a finished batch is read when the scheduler next joins it);
-    `metaschedule_build` builds the model from those records. With `prepack_weights` its tasks
-    are extracted with the weights layout-free, as ``static_shape_tuning_pipeline``'s
-    ``cpu_weight_prepack`` does."""
+    `metaschedule_build` builds the model from those records. Its tasks are extracted with
+    `rewrites` as ours are (default none); with weight packing, that is the weights marked
+    layout-free, as ``static_shape_tuning_pipeline``'s ``cpu_weight_prepack`` does."""
     import logging
 
     import tvm
@@ -185,7 +185,7 @@ def metaschedule_tune(
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tvm_target = make_target(target)
     with tvm_target:
-        fused = tvm.transform.Sequential(task_passes(tvm_target, prepack_weights))(program.mod)
+        fused = tvm.transform.Sequential(task_passes(tvm_target, rewrites))(program.mod)
     extracted = ms.relax_integration.extract_tasks(fused, tvm_target)
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
         extracted, work_dir, seed=seed, num_threads=int(target.get("num-cores", 2))
@@ -217,12 +217,12 @@ def metaschedule_tune(
 
 
 def metaschedule_build(
-    program: Any, target: dict, work_dir: str, budget: int, prepack_weights: bool = False
+    program: Any, target: dict, work_dir: str, budget: int, rewrites: Rewrites = NO_REWRITES
 ) -> Any:
     """The model built with the records that `metaschedule_tune`'s run in `work_dir` had
     measured when a run of `budget` trials would have stopped (its database appends records in
-    the order they were measured); with `prepack_weights`, a run of that setting's, built as
-    ours are with it."""
+    the order they were measured); with `rewrites` (default none), a run of those, built as
+    ours are with them."""
     from tvm.s_tir import meta_schedule as ms
 
     with open(os.path.join(work_dir, "milestones.json")) as f:
@@ -234,8 +234,8 @@ def metaschedule_build(
         records = f.readlines()[:count]
     with open(os.path.join(folder, "database_tuning_record.json"), "w") as f:
         f.writelines(records)
-    if prepack_weights:
-        return build(program, target, folder, prepack_weights=True)
+    if rewrites.names():
+        return build(program, target, folder, rewrites)
     database = ms.database.JSONDatabase(work_dir=folder)
     return ms.relax_integration.compile_relax(database, program.mod, make_target(target), None)
 
@@ -308,22 +308,28 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # Ours as users get it, and (--cold-cache) tuned on timings with the weights flushed from
     # the caches, in studies of its own: side by side in the round-robin below.
     # (--prepack-weights) tuned with each weight packed once at build time, as ONNX Runtime
-    # does: other tasks, so studies of their own.
-    variants = {"tensortune": (storage, None, False)}
+    # does, and (--winograd) with Winograd convolutions (packed too with both flags): other
+    # tasks, so studies of their own.
+    variants = {"tensortune": (storage, None, NO_REWRITES)}
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
-        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True), False)
+        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True), NO_REWRITES)
+    packing = Rewrites(prepack_weights=True)
     if args.prepack_weights:
         packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
-        variants["tensortune-prepacked"] = (packed, None, True)
-    for system, (url, settings, prepack) in variants.items():
+        variants["tensortune-prepacked"] = (packed, None, packing)
+    if args.winograd:
+        system = "tensortune-winograd" + ("-prepacked" if args.prepack_weights else "")
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
+        variants[system] = (url, None, Rewrites(args.prepack_weights, winograd=True))
+    for system, (url, settings, rewrites) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
             key = f"{system}@{budget}"
             start = time.perf_counter()
             tuned_model = tune_model(
                 program, budget, target, storage=url, seed=args.seed, settings=settings,
-                prepack_weights=prepack,
+                prepack_weights=rewrites.prepack_weights, winograd=rewrites.winograd,
             )  # fmt: skip
             if system == "tensortune":  # the per-task rows and the profile are of this one
                 tuning = tuned_model
@@ -332,22 +338,24 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             previous = ledger[key]
             database = os.path.join(folder, f"db-{system}-{budget}")
             write_database(tuned_model.tasks, tuned_model.studies, tuned_model.target, database)
-            tuned = build(program, target, database, prepack)
+            tuned = build(program, target, database, rewrites)
             check_outputs(run(tuned, inputs), expected)
             calls[key] = vm_call(tuned, inputs)
-    peers = {"metaschedule": False} if args.metaschedule else {}
+    peers = {"metaschedule": NO_REWRITES} if args.metaschedule else {}
     if args.metaschedule and args.prepack_weights:
-        peers["metaschedule-prepacked"] = True
-    for system, prepack in peers.items():
-        work_dir = os.path.join(args.work, f"{name}-ms" + ("-prepacked" if prepack else ""))
+        peers["metaschedule-prepacked"] = packing
+    for system, rewrites in peers.items():
+        work_dir = os.path.join(
+            args.work, f"{name}-ms" + ("-prepacked" if rewrites.names() else "")
+        )
         keys = {budget: f"{system}@{budget}" for budget in budgets}
         if keys[budgets[-1]] not in ledger:
             shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
-            reached = metaschedule_tune(program, target, budgets, work_dir, args.seed, prepack)
+            reached = metaschedule_tune(program, target, budgets, work_dir, args.seed, rewrites)
             for budget, seconds in reached.items():
                 ledger.record(keys[budget], seconds)
         for budget in budgets:
-            built = metaschedule_build(program, target, work_dir, budget, prepack)
+            built = metaschedule_build(program, target, work_dir, budget, rewrites)
             check_outputs(run(built, inputs), expected)
             calls[keys[budget]] = vm_call(built, inputs)
     tuning_s = ledger.seconds
@@ -486,6 +494,9 @@ def main() -> None:
                         help="also ours and MetaSchedule tuned with each weight packed once "
                         "at build time (tune_model's prepack_weights, MetaSchedule's "
                         "cpu_weight_prepack)")  # fmt: skip
+    parser.add_argument("--winograd", action="store_true",
+                        help="also ours tuned with Winograd convolutions (tune_model's "
+                        "winograd; with --prepack-weights, packed too)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
     parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
@@ -508,6 +519,7 @@ def main() -> None:
         # A model finished by an earlier run (same budgets) is not tuned or timed again.
         runs = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
         runs += "-prepacked" if args.prepack_weights else ""
+        runs += "-winograd" if args.winograd else ""
         done = os.path.join(args.work, f"{name}-results-{runs}.json")
         if os.path.exists(done):
             with open(done) as f:

@@ -24,7 +24,7 @@ pytest.importorskip("onnx")
 from tensortune.cli import main  # noqa: E402
 from tensortune.model import load_onnx, parse_input, tune_model  # noqa: E402
 from tensortune.model.export import MANIFEST, export_model  # noqa: E402
-from tensortune.model.tasks import extract_tasks  # noqa: E402
+from tensortune.model.tasks import Rewrites, extract_tasks  # noqa: E402
 from tensortune.target import make_target, target_spec  # noqa: E402
 
 LLVM = target_spec("llvm")
@@ -53,7 +53,7 @@ def onnx_file(tmp_path):
 
 def _matmul_task(onnx_file, prepack_weights=True):
     program = load_onnx(onnx_file, [parse_input("x:16x64")])
-    tasks = extract_tasks(program.mod, make_target(LLVM), prepack_weights)
+    tasks = extract_tasks(program.mod, make_target(LLVM), Rewrites(prepack_weights))
     return next(t for t in tasks if "matmul" in t.name)
 
 
@@ -129,7 +129,7 @@ def test_a_model_tuned_with_packed_weights_builds_and_matches_the_framework(onnx
         program, 8, storage=storage, batch_size=4, progress=lambda line: None,
         prepack_weights=True,
     )  # fmt: skip
-    assert tuning.prepack_weights
+    assert tuning.rewrites.prepack_weights
     assert all("layout_free_buffers" in t.script for t in tuning.tasks if "matmul" in t.name)
     # The build packs the weights and checks the outputs against ONNX Runtime's (or TVM's
     # untuned build); a mismatch would raise.

@@ -63,6 +63,13 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
         "time (CPU targets; its tasks' studies are apart from those of a run without it; "
         "default: off)",
     )
+    parser.add_argument(
+        "--winograd",
+        action="store_true",
+        help="compute 3x3 convolutions of stride 1 as Winograd F(4x4, 3x3) convolutions, "
+        "their weights transformed once at build time (CPU targets; its tasks' studies are "
+        "apart from those of a run without it; default: off)",
+    )
 
 
 def _program(args: argparse.Namespace) -> Any:
@@ -86,6 +93,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,
+        winograd=args.winograd,
     )  # fmt: skip
     _export(tuning, output)
 
@@ -94,8 +102,9 @@ def best_model_command(args: argparse.Namespace) -> None:
     from tensortune.model.tuning import model_tuning, task_state
 
     tuning = model_tuning(
-        _program(args), args.target, args.storage, prepack_weights=args.prepack_weights
-    )
+        _program(args), args.target, args.storage, prepack_weights=args.prepack_weights,
+        winograd=args.winograd,
+    )  # fmt: skip
     print(f"model     {tuning.program.name}: {len(tuning.tasks)} tasks")
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         if study is None:
@@ -113,8 +122,9 @@ def export_model_command(args: argparse.Namespace) -> None:
     from tensortune.model.tuning import model_tuning
 
     tuning = model_tuning(
-        _program(args), args.target, args.storage, prepack_weights=args.prepack_weights
-    )
+        _program(args), args.target, args.storage, prepack_weights=args.prepack_weights,
+        winograd=args.winograd,
+    )  # fmt: skip
     _export(tuning, args.output)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from tensortune.errors import TensortuneError, last_line
 from tensortune.model.database import RECORDS_FILE, WORKLOADS_FILE
 from tensortune.model.frontend import ModelProgram
-from tensortune.model.tasks import task_passes
+from tensortune.model.tasks import NO_REWRITES, Rewrites, task_passes
 
 #: Tolerance of the output check, as in the kernels' own check (float32 sums in another order).
 RTOL, ATOL = 1e-3, 1e-4
@@ -23,14 +23,15 @@ def build(
     program: ModelProgram,
     target: dict[str, Any],
     database_dir: str | None,
-    prepack_weights: bool = False,
+    rewrites: Rewrites = NO_REWRITES,
 ) -> Any:
     """The model compiled for `target` with the kernels of the MetaSchedule database in
     `database_dir` (None: TVM's own build, untuned); a Relax ``VMExecutable``.
 
-    With `prepack_weights` (default False) the database's kernels are those of tasks extracted
-    with weight packing (`tensortune.model.tasks.extract_tasks`), and the weights they read
-    packed are packed here, once, into constants of the build."""
+    With `rewrites` (default none) the database's kernels are those of tasks extracted with
+    them (`tensortune.model.tasks.extract_tasks`): the build makes the same functions, and
+    what those compute from the weights alone (a packed layout, a Winograd transform) is
+    computed here, once, into constants of the build."""
     import os
 
     from tvm import relax
@@ -47,8 +48,8 @@ def build(
             path_tuning_record=os.path.join(database_dir, RECORDS_FILE),
             allow_missing=False,
         )
-        if prepack_weights:
-            return _build_packed(program.mod, tvm_target, database)
+        if rewrites.names():
+            return _build_rewritten(program.mod, tvm_target, database, rewrites)
         return ms.relax_integration.compile_relax(database, program.mod, tvm_target, None)
     except Exception as err:  # TVM's errors have no common base of their own in 0.27
         raise TensortuneError(
@@ -57,20 +58,20 @@ def build(
         ) from None
 
 
-def _build_packed(mod: Any, target: Any, database: Any) -> Any:
-    """`compile_relax`'s pipeline with the weights marked layout-free before the database's
-    kernels go in, and each kernel's packing split off and folded into the constants after."""
+def _build_rewritten(mod: Any, target: Any, database: Any, rewrites: Rewrites) -> Any:
+    """`compile_relax`'s pipeline with `rewrites` before the database's kernels go in, and
+    each kernel's weight packing split off and folded into the constants after."""
     import tvm
     from tvm import relax
 
-    # TVM 0.27's `relax.pipeline` dispatch misses the CPU backend's lists (weight packing is
+    # TVM 0.27's `relax.pipeline` dispatch misses the CPU backend's lists (the rewrites are
     # for CPU targets only), so they come from the backend's module.
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     # The database pass reads the target and the database from the context it is made in.
     with target, database, tvm.transform.PassContext(opt_level=3):
         passes = [
-            *task_passes(target, prepack_weights=True),
+            *task_passes(target, rewrites),
             relax.transform.MetaScheduleApplyDatabase(enable_warning=False),
             relax.transform.SplitLayoutRewritePreproc(),
             relax.transform.FoldConstant(),

@@ -63,7 +63,7 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
     program = tuning.program
     with scratch.staged_folder(directory) as staging:
         count = write_database(tuning.tasks, tuning.studies, tuning.target, staging)
-        tuned = build(program, tuning.target, staging, tuning.prepack_weights)
+        tuned = build(program, tuning.target, staging, tuning.rewrites)
         untuned = build(program, tuning.target, None)
         rng = np.random.default_rng(seed)
         inputs = [spec.random(rng) for spec in program.inputs]
@@ -82,7 +82,8 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
             "target": tuning.target,
             "tasks": len(tuning.tasks),
             "tuned_kernels": count,
-            "prepack_weights": tuning.prepack_weights,
+            "prepack_weights": tuning.rewrites.prepack_weights,
+            "winograd": tuning.rewrites.winograd,
             "checked_against": program.reference_name or "TVM's untuned build",
             "max_error": error,
             "tuned_ms": report.tuned_s * 1e3,

@@ -69,27 +69,66 @@ def fusion_passes(target: Any) -> list[Any]:
     ]
 
 
-def task_passes(target: Any, prepack_weights: bool = False) -> list[Any]:
-    """`fusion_passes`, then, with `prepack_weights` (default False), the pass that marks the
-    model's weights (its constants) layout-free in every fused function, so that a CPU
-    schedule may pack them into another layout, once, at build time (see
-    `tensortune.templates.weight_packing`): the functions the tasks and the database key on."""
+@dataclasses.dataclass(frozen=True)
+class Rewrites:
+    """The optional rewrites a model's tasks are made with, for CPU (llvm) targets. Each
+    makes other functions, so other tasks and other studies than a model tuned without it.
+
+    Attributes:
+        prepack_weights: Mark the model's weights (its constants) layout-free in every fused
+            function, so that a CPU schedule may pack them into another layout, once, at
+            build time (see `tensortune.templates.weight_packing`). Default False.
+        winograd: Compute the model's 3x3 convolutions of stride 1 as Winograd convolutions
+            of their weights transformed at build time (`tensortune.model.winograd`).
+            Default False.
+    """
+
+    prepack_weights: bool = False
+    winograd: bool = False
+
+    def names(self) -> list[str]:
+        """The names of the rewrites chosen, e.g. ``["winograd"]``."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name)]
+
+    def check_target(self, kind: str) -> None:
+        """`TensortuneError` with one line when a rewrite is chosen for a target kind other
+        than llvm: their kernels were tuned and checked on CPUs only."""
+        chosen = [_REWRITE_NAMES[name] for name in self.names()]
+        if chosen and kind != "llvm":
+            verb = "is" if len(chosen) == 1 else "are"
+            raise TensortuneError(
+                f"{' and '.join(chosen)} {verb} for CPU (llvm) targets, not {kind}"
+            )
+
+
+#: No rewrite: the model's functions as TVM fuses them (the default everywhere).
+NO_REWRITES = Rewrites()
+#: How errors name each of `Rewrites`' fields.
+_REWRITE_NAMES = {"prepack_weights": "weight packing", "winograd": "Winograd convolution"}
+
+
+def task_passes(target: Any, rewrites: Rewrites = NO_REWRITES) -> list[Any]:
+    """The passes from a Relax model to the functions its tasks and the database key on:
+    the Winograd rewrite if chosen (`Rewrites`, default none), `fusion_passes`, then the
+    weights marked layout-free if chosen."""
     from tvm import relax
 
-    packing = [relax.transform.AttachAttrLayoutFreeBuffers()] if prepack_weights else []
-    return fusion_passes(target) + packing
+    from tensortune.model.winograd import conv2d_to_winograd
+
+    winograd = [conv2d_to_winograd()] if rewrites.winograd else []
+    packing = [relax.transform.AttachAttrLayoutFreeBuffers()] if rewrites.prepack_weights else []
+    return winograd + fusion_passes(target) + packing
 
 
-def extract_tasks(mod: Any, target: Any, prepack_weights: bool = False) -> list[ModelTask]:
+def extract_tasks(mod: Any, target: Any, rewrites: Rewrites = NO_REWRITES) -> list[ModelTask]:
     """The tuning tasks of Relax module `mod` on TVM target `target`, heaviest first (by
     weight, then name); `TensortuneError` with one line where TVM cannot legalize or fuse it.
-    With `prepack_weights` (default False) their weights are marked layout-free
-    (`task_passes`): other functions, so other tasks."""
+    With `rewrites` (default none) they are the functions those make (`task_passes`)."""
     import tvm
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
-    passes = task_passes(target, prepack_weights)
+    passes = task_passes(target, rewrites)
     try:
         with target:
             fused = tvm.transform.Sequential(passes)(mod)

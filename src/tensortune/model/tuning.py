@@ -23,7 +23,7 @@ from tensortune.measure import Measurer, MeasureSettings
 from tensortune.measure.worker_tasks import flushes_caches
 from tensortune.model.frontend import ModelProgram
 from tensortune.model.scheduler import TaskState, model_seconds, next_task
-from tensortune.model.tasks import ModelTask, extract_tasks
+from tensortune.model.tasks import NO_REWRITES, ModelTask, Rewrites, extract_tasks
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 from tensortune.trial_records import check_same_timing
 
@@ -42,8 +42,8 @@ class ModelTuning:
         studies: Per task, its study (None for a task whose space has no knobs, or not begun).
         study_names: Per task, the name of its study.
         templates: Per task, its MetaSchedule design space (made once, used for every batch).
-        prepack_weights: Whether the tasks were extracted with weight packing (their kernels
-            may read the weights in a layout packed once at build time).
+        rewrites: The rewrites the tasks were made with (`tensortune.model.tasks.Rewrites`):
+            the build must make the same functions to find their kernels.
     """
 
     program: ModelProgram
@@ -52,7 +52,7 @@ class ModelTuning:
     studies: list[optuna.Study | None]
     study_names: list[str] = dataclasses.field(default_factory=list)
     templates: list[MetaScheduleTemplate] = dataclasses.field(default_factory=list)
-    prepack_weights: bool = False
+    rewrites: Rewrites = NO_REWRITES
 
     @property
     def tunable(self) -> list[bool]:
@@ -105,6 +105,7 @@ def tune_model(
     progress: Callable[[str], None] | None = None,
     settings: MeasureSettings | None = None,
     prepack_weights: bool = False,
+    winograd: bool = False,
 ) -> ModelTuning:
     """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
     all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
@@ -124,13 +125,19 @@ def tune_model(
             packed once at build time, as ONNX Runtime and MetaSchedule's
             ``cpu_weight_prepack`` do (CPU targets only). Its tasks are other functions, so
             other studies than those of a run without it. Default False.
+        winograd: Compute the model's 3x3 convolutions of stride 1 (float32, NCHW, constant
+            weights) as Winograd F(4x4, 3x3) convolutions, whose weights are transformed once
+            at build time (`tensortune.model.winograd`; CPU targets only). Other tasks, so
+            other studies, as with `prepack_weights`. Default False.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
     if batch_size < 1:
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    tuning = model_tuning(program, target, storage, create=True, prepack_weights=prepack_weights)
+    tuning = model_tuning(
+        program, target, storage, create=True, prepack_weights=prepack_weights, winograd=winograd
+    )
     cold = flushes_caches(settings or MeasureSettings(), tuning.target["kind"])
     for study in tuning.studies:  # every task before any is measured: nothing half-done
         if study is not None:
@@ -234,6 +241,7 @@ def model_tuning(
     *,
     create: bool = False,
     prepack_weights: bool = False,
+    winograd: bool = False,
 ) -> ModelTuning:
     """Where the tuning of `program` stands in `storage`: its tasks and their studies, tuning
     nothing.
@@ -244,15 +252,16 @@ def model_tuning(
         storage: As for `tune_model`. Default None: ``tensortune.db`` in the working folder.
         create: Whether a missing SQLite file may be created. Default False: it is an error.
         prepack_weights: As for `tune_model`. Default False.
+        winograd: As for `tune_model`. Default False.
     """
     from tensortune.storage import open_storage
     from tensortune.target import make_target, target_spec
     from tensortune.tuning import default_study_name
 
     spec = target_spec(target)
-    if prepack_weights and spec["kind"] != "llvm":
-        raise TensortuneError(f"weight packing is for CPU (llvm) targets, not {spec['kind']}")
-    tasks = extract_tasks(program.mod, make_target(spec), prepack_weights)
+    rewrites = Rewrites(prepack_weights=prepack_weights, winograd=winograd)
+    rewrites.check_target(spec["kind"])
+    tasks = extract_tasks(program.mod, make_target(spec), rewrites)
     if not tasks:
         raise TensortuneError(f"{program.name} has no kernel to tune")
     # A tuning run opens it with heartbeats, so that it can fail a killed run's trials.
@@ -263,7 +272,7 @@ def model_tuning(
         _load(db, name) if template.knobs else None
         for name, template in zip(names, templates, strict=True)
     ]
-    return ModelTuning(program, spec, tasks, studies, names, templates, prepack_weights)
+    return ModelTuning(program, spec, tasks, studies, names, templates, rewrites)
 
 
 def _load(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:

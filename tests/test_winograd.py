@@ -1,0 +1,101 @@
+"""Winograd convolutions in a model: the 3x3 convolutions of stride 1 (and only those) become
+Winograd tasks, whose weights are transformed at build time; the model tuned and built with
+them computes what PyTorch does."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tensortune.errors import TensortuneError
+
+torch = pytest.importorskip("torch")
+
+from tensortune.cli import main  # noqa: E402
+from tensortune.model import from_torch, tune_model  # noqa: E402
+from tensortune.model.build import build, check_outputs, run  # noqa: E402
+from tensortune.model.database import write_database  # noqa: E402
+from tensortune.model.tasks import Rewrites, extract_tasks  # noqa: E402
+from tensortune.target import make_target, target_spec  # noqa: E402
+
+LLVM = target_spec("llvm")
+
+
+class Block(torch.nn.Module):
+    """A residual block as ResNet's, small: two 3x3 convolutions of stride 1 (Winograd's), then
+    a 3x3 convolution of stride 2 and a 1x1 convolution (not Winograd's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.second = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.down = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.project = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        y = torch.relu(self.first(x))
+        y = torch.relu(self.second(y) + y)
+        return self.project(torch.relu(self.down(y)))
+
+
+@pytest.fixture
+def block():
+    torch.manual_seed(0)
+    net = Block().eval()
+    example = (torch.randn(1, 8, 10, 10),)
+    return from_torch(net, example, name="block"), example
+
+
+def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block):
+    program, _ = block
+    direct = extract_tasks(program.mod, make_target(LLVM))
+    winograd = extract_tasks(program.mod, make_target(LLVM), Rewrites(winograd=True))
+    names = [t.name for t in winograd]
+    assert sum("winograd" in name for name in names) == 2, names
+    assert not any("winograd" in t.name for t in direct)
+    # The same number of tasks: the bias, shortcut and ReLU fuse after a Winograd convolution
+    # as after a direct one, and its weight transform is folded away, not a task.
+    assert len(winograd) == len(direct)
+    assert {t.key for t in winograd} != {t.key for t in direct}
+
+
+@pytest.mark.slow
+def test_a_model_tuned_with_winograd_builds_and_matches_pytorch(block, tmp_path):
+    program, example = block
+    tuning = tune_model(
+        program, 32, storage=f"sqlite:///{tmp_path / 'model.db'}", batch_size=4,
+        progress=lambda line: None, winograd=True,
+    )  # fmt: skip
+    assert tuning.rewrites.winograd
+    database = tmp_path / "database"
+    assert write_database(tuning.tasks, tuning.studies, tuning.target, str(database)) > 0
+    inputs = [t.numpy() for t in example]
+    got = run(build(program, LLVM, str(database), tuning.rewrites), inputs)
+    # Within the kernels' own tolerance of PyTorch (Winograd sums in another order).
+    error = check_outputs(got, program.reference(inputs))
+    assert error < 1e-3, error
+    # And what TVM's untuned build of the direct convolutions computes.
+    assert np.allclose(run(build(program, LLVM, None), inputs)[0], got[0], rtol=1e-3, atol=1e-4)
+
+
+def test_winograd_is_refused_for_a_gpu_target(block, tmp_path, capsys):
+    pytest.importorskip("onnx")
+    program, _ = block
+    target = json.dumps({"kind": "cuda", "arch": "sm_90"})
+    db = tmp_path / "model.db"
+    with pytest.raises(TensortuneError, match="Winograd convolution is for CPU"):
+        tune_model(program, 4, target=target, storage=f"sqlite:///{db}", winograd=True)
+    assert not db.exists()
+    torch.onnx.export(
+        Block().eval(), (torch.randn(1, 8, 10, 10),), str(tmp_path / "block.onnx"),
+        input_names=["x"], dynamo=False,
+    )  # fmt: skip
+    code = main(["tune-model", str(tmp_path / "block.onnx"), "--input", "x:1x8x10x10",
+                 "--trials", "4", "--target", target, "--storage", f"sqlite:///{db}",
+                 "--winograd", "--prepack-weights", "-o", str(tmp_path / "out")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "weight packing and Winograd convolution are for CPU" in err[0], err
+    assert not db.exists() and not (tmp_path / "out").exists()
