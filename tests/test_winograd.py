@@ -62,13 +62,14 @@ def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block):
 
 
 @pytest.mark.slow
-def test_a_model_tuned_with_winograd_builds_and_matches_pytorch(block, tmp_path):
+@pytest.mark.parametrize("prepack_weights", [False, True])
+def test_a_model_tuned_with_winograd_builds_and_matches_pytorch(block, tmp_path, prepack_weights):
     program, example = block
     tuning = tune_model(
         program, 32, storage=f"sqlite:///{tmp_path / 'model.db'}", batch_size=4,
-        progress=lambda line: None, winograd=True,
+        progress=lambda line: None, winograd=True, prepack_weights=prepack_weights,
     )  # fmt: skip
-    assert tuning.rewrites.winograd
+    assert tuning.rewrites == Rewrites(prepack_weights, winograd=True)
     database = tmp_path / "database"
     assert write_database(tuning.tasks, tuning.studies, tuning.target, str(database)) > 0
     inputs = [t.numpy() for t in example]

@@ -88,7 +88,7 @@ def conv2d_to_winograd() -> Any:
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     @mutator
-    class Rewriter(PyExprMutator):  # type: ignore[misc]
+    class Rewriter(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = self.visit_expr_post_order(call)
             if not is_eligible(call):

@@ -1,0 +1,145 @@
+"""Winograd against direct convolution, layer by layer: does `tune_model(winograd=True)` pay here?
+
+Each of ResNet-18's four 3x3 convolutions of stride 1 (64 channels at 56x56, 128 at 28x28, 256
+at 14x14, 512 at 7x7; batch 1, with its bias and ReLU) is a one-layer model, tuned by
+`tune_model` with the same trials two ways: direct and with Winograd convolutions, both with
+packed weights (as ONNX Runtime's). Each seed's two builds are then timed side by side with
+PyTorch eager and ONNX Runtime, in round-robin rounds (`model_tuning.round_robin`).
+
+    python studies/winograd_layers.py                     # 4 layers, seeds 0 1 2, 64 trials
+    python studies/winograd_layers.py --layers c28x128 --seeds 0 --trials 32
+
+Writes under ``--out`` (default ``studies/results/winograd-layers/``): ``winograd_layers.csv``
+(per layer, system and seed: µs, GFLOP/s counted as the direct convolution's FLOPs, ÷ direct
+of the same seed, tuning seconds) and ``winograd_layers.md`` (medians and every seed). Studies
+go to ``--work`` (default ``studies/work/winograd``); a second run resumes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import model_tuning
+import optuna
+import torch
+from results_io import write_csv
+
+from tensortune.model import build, check_outputs, from_torch, run, tune_model
+from tensortune.model.database import write_database
+from tensortune.target import target_spec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: ResNet-18's 3x3 convolutions of stride 1: (channels, height = width).
+LAYERS = {"c56x64": (64, 56), "c28x128": (128, 28), "c14x256": (256, 14), "c7x512": (512, 7)}
+SYSTEMS = ("direct", "winograd")
+
+
+class ConvRelu(torch.nn.Module):
+    """One 3x3 convolution of stride 1 with its bias and ReLU."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return torch.relu(self.conv(x))
+
+
+def direct_flops(channels: int, size: int) -> float:
+    """Multiply-adds of the direct convolution, times two."""
+    return 2.0 * channels * channels * 9 * size * size
+
+
+def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
+    """Tune `layer` both ways for every seed, time the builds side by side, return the rows."""
+    channels, size = LAYERS[layer]
+    torch.manual_seed(0)
+    net = ConvRelu(channels).eval()
+    example = [torch.randn(1, channels, size, size)]
+    program = from_torch(net, example, name=layer)
+    inputs = [t.numpy() for t in example]
+    expected = program.reference(inputs)
+    target = target_spec("llvm")
+    folder = tempfile.mkdtemp(prefix=f"{layer}-")
+    calls = dict(model_tuning.frameworks(net, example, folder))
+    tuning_s: dict[str, float] = {}
+    for seed in args.seeds:
+        for system in SYSTEMS:
+            key = f"{system}-s{seed}"
+            storage = f"sqlite:///{os.path.join(args.work, f'{layer}-{key}.db')}"
+            start = time.perf_counter()
+            tuning = tune_model(
+                program, args.trials, target, storage=storage, seed=seed, prepack_weights=True,
+                winograd=system == "winograd", progress=lambda line: None,
+            )  # fmt: skip
+            tuning_s[key] = time.perf_counter() - start  # a resumed run counts only its rest
+            database = os.path.join(folder, f"db-{key}")
+            write_database(tuning.tasks, tuning.studies, tuning.target, database)
+            built = build(program, target, database, tuning.rewrites)
+            check_outputs(run(built, inputs), expected)
+            calls[key] = model_tuning.vm_call(built, inputs)
+            print(f"{layer} {key}: tuned in {tuning_s[key]:.0f} s", flush=True)
+    readers = {name: model_tuning.timer(call) for name, call in calls.items()}
+    seconds = model_tuning.round_robin(readers, args.rounds)
+    flops = direct_flops(channels, size)
+    rows = []
+    for name, s in seconds.items():
+        system, _, seed = name.partition("-s")
+        direct = seconds.get(f"direct-s{seed}") if seed else None
+        rows.append({
+            "layer": layer, "system": system, "seed": seed, "us": round(s * 1e6, 1),
+            "gflops": round(flops / s / 1e9, 1),
+            "x_direct": round(direct / s, 3) if direct else "",
+            "tuning_s": round(tuning_s[name], 1) if name in tuning_s else "",
+        })  # fmt: skip
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """Per layer and system: median µs and GFLOP/s, every seed, and ÷ direct per seed."""
+    lines = [
+        "| layer | system | median µs | GFLOP/s | per seed µs | ÷ direct per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for layer in dict.fromkeys(r["layer"] for r in rows):
+        for system in dict.fromkeys(r["system"] for r in rows if r["layer"] == layer):
+            mine = [r for r in rows if r["layer"] == layer and r["system"] == system]
+            us = statistics.median(r["us"] for r in mine)
+            gflops = statistics.median(r["gflops"] for r in mine)
+            seeds = "/".join(str(r["us"]) for r in mine) if len(mine) > 1 else ""
+            ratios = "/".join(str(r["x_direct"]) for r in mine if r["x_direct"] != "")
+            lines.append(f"| {layer} | {system} | {us} | {gflops} | {seeds} | {ratios} |")
+    lines.append(
+        "\nGFLOP/s counts the direct convolution's FLOPs for every system, so it compares "
+        "time. Each value is the median of the round-robin rounds."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--layers", nargs="+", default=list(LAYERS), choices=list(LAYERS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--trials", type=int, default=64, help="per layer and system (64)")
+    parser.add_argument("--rounds", type=int, default=model_tuning.ROUNDS)
+    parser.add_argument("--work", default=os.path.join(HERE, "work", "winograd"))
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "winograd-layers"))
+    args = parser.parse_args()
+    if args.trials < 1:
+        parser.error("--trials must be at least 1")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    rows = [row for layer in args.layers for row in run_layer(layer, args)]
+    write_csv(os.path.join(args.out, "winograd_layers.csv"), rows)
+    with open(os.path.join(args.out, "winograd_layers.md"), "w") as f:
+        f.write(summary(rows))
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()
