@@ -314,10 +314,9 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
         variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True), NO_REWRITES)
-    packing = Rewrites(prepack_weights=True)
     if args.prepack_weights:
         packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
-        variants["tensortune-prepacked"] = (packed, None, packing)
+        variants["tensortune-prepacked"] = (packed, None, Rewrites(prepack_weights=True))
     if args.winograd:
         system = "tensortune-winograd" + ("-prepacked" if args.prepack_weights else "")
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
@@ -341,13 +340,16 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             tuned = build(program, target, database, rewrites)
             check_outputs(run(tuned, inputs), expected)
             calls[key] = vm_call(tuned, inputs)
-    peers = {"metaschedule": NO_REWRITES} if args.metaschedule else {}
-    if args.metaschedule and args.prepack_weights:
-        peers["metaschedule-prepacked"] = packing
+    # MetaSchedule tunes the tasks of each of our rewrites too: the same functions, its search.
+    peers: dict[str, Rewrites] = {}
+    if args.metaschedule:
+        peers = {
+            system.replace("tensortune", "metaschedule"): rewrites
+            for system, (_, settings, rewrites) in variants.items()
+            if settings is None
+        }
     for system, rewrites in peers.items():
-        work_dir = os.path.join(
-            args.work, f"{name}-ms" + ("-prepacked" if rewrites.names() else "")
-        )
+        work_dir = os.path.join(args.work, f"{name}-ms{system.removeprefix('metaschedule')}")
         keys = {budget: f"{system}@{budget}" for budget in budgets}
         if keys[budgets[-1]] not in ledger:
             shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
@@ -455,12 +457,12 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
     lines += [f"| {r['model']} | {r['system']} | {r['budget']} | {r['latency_ms']} | "
               f"{r['x_eager']} | {r['tuning_s']} |" for r in rows]  # fmt: skip
     lines += ["", "| goal (issue 22) | model | verdict | numbers |", "|---|---|---|---|"]
-    # Each of ours against its like: MetaSchedule with the same weight packing (or none).
-    pairs = {"tensortune": "metaschedule", "tensortune-prepacked": "metaschedule-prepacked"}
+    # Each of ours against its like: MetaSchedule with the same rewrites (or none).
+    systems = dict.fromkeys(r["system"] for r in rows if r["system"].startswith("tensortune"))
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = {(r["system"], r["budget"]): r for r in rows if r["model"] == model}
-        for system, peer_system in pairs.items():
-            lines += _goal_lines(model, system, peer_system, mine)
+        for system in systems:
+            lines += _goal_lines(model, system, system.replace("tensortune", "metaschedule"), mine)
     if split:
         lines += ["", "Where a run's time goes (ms; instrumented runs, so a little slower than "
                   "the latencies above):", "",
