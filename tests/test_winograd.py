@@ -61,6 +61,19 @@ def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block):
     assert {t.key for t in winograd} != {t.key for t in direct}
 
 
+def test_an_onnx_model_gets_the_same_winograd_tasks(tmp_path):
+    pytest.importorskip("onnx")
+    from tensortune.model import load_onnx, parse_input
+
+    path = tmp_path / "block.onnx"
+    example = (torch.randn(1, 8, 10, 10),)
+    torch.onnx.export(Block().eval(), example, str(path), input_names=["x"], dynamo=False)
+    onnx_program = load_onnx(str(path), [parse_input("x:1x8x10x10")])
+    rewrites = Rewrites(winograd=True)
+    names = [t.name for t in extract_tasks(onnx_program.mod, make_target(LLVM), rewrites)]
+    assert sum("winograd" in name for name in names) == 2, names
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("prepack_weights", [False, True])
 def test_a_model_tuned_with_winograd_builds_and_matches_pytorch(block, tmp_path, prepack_weights):

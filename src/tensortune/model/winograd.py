@@ -76,7 +76,7 @@ def is_eligible(call: Any) -> bool:
         and [int(d) for d in attrs.dilation] == [1, 1]
         and int(attrs.groups) == 1
         and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
-        and str(attrs.out_dtype) in ("", "float32")
+        and (attrs.out_dtype is None or str(attrs.out_dtype) in ("", "void", "float32"))
     )
 
 
