@@ -123,6 +123,23 @@ def test_extractor_caches_and_marks_unschedulable_configs():
     assert CountingTemplate.applied == 2
 
 
+def test_configs_lowered_in_a_worker_process_get_the_rows_lowered_here():
+    from tensortune.features import extractor as extractor_module
+    from tensortune.sampler.history import KnobSpace
+    from tensortune.search import random_configs
+
+    template = CpuTemplate(tensortune.get_workload("matmul", 64, 64, 64))
+    space = KnobSpace(template.knobs)
+    rows = random_configs(space.sizes, 2 * extractor_module.MIN_CHUNK + 5, np.random.default_rng(0))
+    configs = [space.decode(row) for row in rows]
+    here = FeatureExtractor(template, "curve")(configs)
+    split = FeatureExtractor(template, "curve", processes=2)(configs)
+    assert 1 in extractor_module._POOLS  # the second half went to a worker process
+    np.testing.assert_array_equal(split, here)
+    with pytest.raises(ValueError, match="processes must be at least 1"):
+        FeatureExtractor(template, "curve", processes=0)
+
+
 def test_unknown_feature_set_is_refused():
     with pytest.raises(ValueError, match="unknown feature set 'nope'"):
         feature_length("nope")

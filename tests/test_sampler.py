@@ -147,6 +147,8 @@ def test_bad_arguments_and_other_studies():
         CostModelSampler(batch_size=0)
     with pytest.raises(ValueError, match="epsilon must be within"):
         CostModelSampler(epsilon=1.5)
+    with pytest.raises(ValueError, match="feature_processes must be at least 1, got 0"):
+        CostModelSampler(feature_processes=0)
     # A parameter that is not a knob of the template is sampled independently, with a warning.
     template = CpuTemplate(tensortune.get_workload("matmul", 8, 8, 8))
     study = optuna.create_study(sampler=CostModelSampler(template, seed=0))

@@ -1,7 +1,11 @@
-"""Configs of one template → feature rows, cached per config."""
+"""Configs of one template → feature rows, cached per config, lowered in parallel processes."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import itertools
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -89,13 +93,24 @@ class FeatureExtractor:
         cache_size: Configs whose rows are kept (least recently used dropped first).
             Default None: as many as fit in 80 MB (100000 curve rows, more than a long search
             visits; 10000 loop trees).
+        processes: Processes that schedule and lower the configs of one call, this one
+            included: the others are worker processes shared by every extractor of this
+            process (`worker_pool`), started on first use. Default 1: all here. Each
+            gets at least `MIN_CHUNK` configs; knob features are never sent.
     """
 
     def __init__(
-        self, template: Template, feature_set: str = FEATURE_SETS[0], cache_size: int | None = None
+        self,
+        template: Template,
+        feature_set: str = FEATURE_SETS[0],
+        cache_size: int | None = None,
+        processes: int = 1,
     ) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, got {processes}")
         self.template = template
         self.feature_set = feature_set
+        self.processes = processes
         self._cache: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
         self._per_store: PerStoreExtractor | None = None
         # Knob features need no cache: computing a row costs less than looking one up.
@@ -113,7 +128,7 @@ class FeatureExtractor:
         keys = [self.key(c) for c in configs]
         missing = {k: c for k, c in zip(keys, configs, strict=True) if k not in self._cache}
         if missing:
-            rows = self._extract(list(missing.values()))
+            rows = self._extract_split(list(missing.values()))
             for key, row in zip(missing, rows, strict=True):
                 self._cache[key] = row
         out = np.empty((len(keys), self.length), dtype=np.float32)
@@ -123,6 +138,27 @@ class FeatureExtractor:
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return out
+
+    def _extract_split(self, configs: list[Mapping[str, Any]]) -> list[np.ndarray]:
+        """`_extract`, its configs split between this process and `processes` - 1 workers.
+        A chunk a worker fails on (killed, out of memory) is extracted here instead."""
+        parts = min(self.processes, len(configs) // MIN_CHUNK)
+        if parts <= 1:
+            return self._extract(configs)
+        bounds = np.linspace(0, len(configs), parts + 1).astype(int)
+        chunks = [configs[a:b] for a, b in itertools.pairwise(bounds)]
+        pool = worker_pool(parts - 1)
+        futures = [
+            pool.submit(extract_rows, self.template, self.feature_set, chunk)
+            for chunk in chunks[1:]
+        ]
+        rows = self._extract(chunks[0])
+        for future, chunk in zip(futures, chunks[1:], strict=True):
+            try:
+                rows += future.result()
+            except Exception:  # the worker died: its configs are extracted here
+                rows += self._extract(chunk)
+        return rows
 
     def _extract(self, configs: list[Mapping[str, Any]]) -> list[np.ndarray]:
         from tensortune.templates.base import InvalidConfig
@@ -152,3 +188,39 @@ class FeatureExtractor:
         for i, schedule in zip(where, schedules, strict=True):
             rows[i] = encode(loop_program(schedule.mod))
         return rows
+
+
+#: Fewest configs a worker process is handed: with fewer, sending them and their rows costs
+#: about what lowering them here would (5-9 ms a config on a CPU, see `studies/features.py`).
+MIN_CHUNK = 32
+
+
+def extract_rows(
+    template: Template, feature_set: str, configs: list[Mapping[str, Any]]
+) -> list[np.ndarray]:
+    """The rows of `configs` (run in a worker process of `worker_pool`)."""
+    return FeatureExtractor(template, feature_set)._extract(configs)
+
+
+_POOLS: dict[int, Any] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def worker_pool(workers: int) -> Any:
+    """The process's pool of `workers` feature workers (`tensortune.worker_pool.WorkerPool`),
+    started on first use and closed at exit: every extractor and study of the process shares
+    it, so a new sampler (one a batch, in a model's tuning) pays no start-up."""
+    from tensortune.worker_pool import WorkerPool
+
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = WorkerPool(max_workers=workers)
+        return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in _POOLS.values():
+        with contextlib.suppress(Exception):
+            pool.close()

@@ -6,7 +6,7 @@ imports it) and pickles IR modules, which segfaults on tvm-ffi 0.1.15; the runne
 arguments and has no place to compare a result with a reference. What they share with us is
 TVM's `PopenPoolExecutor` / `PopenWorker`, which kill a task at its timeout and survive a
 crashing child, and that is what is used here, made safe to interrupt by
-`tensortune.measure.pool`. TVM's `time_evaluator` does the timing.
+`tensortune.worker_pool`. TVM's `time_evaluator` does the timing.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tensortune import scratch
 from tensortune.measure import baseline, remote, worker_tasks
-from tensortune.measure.pool import Worker, WorkerPool, kill_processes
 from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
 from tensortune.templates.weight_packing import PackedWeight
+from tensortune.worker_pool import Worker, WorkerPool, kill_processes
 
 if TYPE_CHECKING:
     from tensortune.templates import Template

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import warnings
 from collections import deque
@@ -169,6 +170,12 @@ class CostModelSampler(BaseSampler):
             study has fewer good configs of its own than restart slots. Default 16, the
             restart slots of the default ``n_chains`` and ``restart_share``; 0 leaves the
             chains to the study's own configs.
+        feature_processes: Processes that lower a round's candidates for program features,
+            this one included (`tensortune.features.FeatureExtractor`'s ``processes``; the
+            others are worker processes the whole process shares, started on first use).
+            Default None: one per core, as the builds: a round's lowering is most of a warm
+            or GPU study's wall time, and the build workers are idle meanwhile. Knob features
+            are computed here, whatever this says.
         seed: Seed of every random choice. Default None (unseeded).
     """
 
@@ -197,6 +204,7 @@ class CostModelSampler(BaseSampler):
         source_half_life: float = 32.0,
         source_weighting: str = SOURCE_WEIGHTINGS[0],
         source_starts: int = 16,
+        feature_processes: int | None = None,
         seed: int | None = None,
     ) -> None:
         from tensortune.features import FEATURE_SETS
@@ -213,6 +221,8 @@ class CostModelSampler(BaseSampler):
         ):
             if count < 0:
                 raise ValueError(f"{name} must be at least 0, got {count}")
+        if feature_processes is not None and feature_processes < 1:
+            raise ValueError(f"feature_processes must be at least 1, got {feature_processes}")
         if not refit_growth >= 0:
             raise ValueError(f"refit_growth must be at least 0, got {refit_growth}")
         if source_studies != AUTO and (
@@ -248,6 +258,7 @@ class CostModelSampler(BaseSampler):
         self.feature_set = feature_set or COST_MODELS[cost_model]
         self.n_startup_trials = n_startup_trials
         self.refit_growth = refit_growth
+        self.feature_processes = feature_processes or os.cpu_count() or 1
         #: The prior studies and what the study keeps of them.
         self.warm = WarmStart(source_studies, source_starts)
         self.seed = seed
@@ -390,7 +401,9 @@ class CostModelSampler(BaseSampler):
         )
         self._space = KnobSpace(template.knobs)
         self._encoded.clear()
-        self._extractor = FeatureExtractor(template, self.feature_set)
+        self._extractor = FeatureExtractor(
+            template, self.feature_set, processes=self.feature_processes
+        )
         self._queue.clear()
         self._startup = None
         self._chains = None
@@ -419,7 +432,10 @@ class CostModelSampler(BaseSampler):
         history = read_history(study, self._space, fresh=fresh, memo=self._encoded)
         n_measured = int(np.isfinite(history.values).sum())
         assert self._extractor is not None
-        warm = self.warm.load(study, self.feature_set, self._extractor.length) is not None
+        rows = self.warm.load(
+            study, self.feature_set, self._extractor.length, self.feature_processes
+        )
+        warm = rows is not None
         if not warm and (
             n_measured < self.n_startup_trials
             or n_measured < 2

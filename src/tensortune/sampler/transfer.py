@@ -114,7 +114,10 @@ _N_BEST = 32
 
 
 def load_sources(
-    sources: Sequence[optuna.Study], feature_set: str, length: int | None = None
+    sources: Sequence[optuna.Study],
+    feature_set: str,
+    length: int | None = None,
+    processes: int = 1,
 ) -> SourceRows:
     """The measured configs of `sources` as feature rows (check them with `check_sources`).
 
@@ -124,6 +127,8 @@ def load_sources(
         sources: Prior tensortune studies, from any storage.
         feature_set: One of `tensortune.features.FEATURE_SETS`, the new study's.
         length: The length of the new study's own rows. Default None: not checked.
+        processes: Processes that lower the sources' configs, this one included (see
+            `tensortune.features.FeatureExtractor`). Default 1.
 
     Raises:
         TensortuneError: If the new study's rows or a source's are not `feature_set`'s
@@ -153,7 +158,7 @@ def load_sources(
         first = studies[0]
         template = template_for(study_workload(first), study_target(first), study_space(first))
         space = KnobSpace(template.knobs)
-        extractor = FeatureExtractor(template, feature_set)
+        extractor = FeatureExtractor(template, feature_set, processes=processes)
         if extractor.length != expected:
             raise TensortuneError(
                 f"the {feature_set!r} rows of source study {first.study_name!r} "

@@ -70,10 +70,11 @@ class WarmStart:
         self.studies = [source for source, _ in found]
 
     def load(
-        self, study: optuna.Study, feature_set: str, length: int | None = None
+        self, study: optuna.Study, feature_set: str, length: int | None = None, processes: int = 1
     ) -> SourceRows | None:
         """The sources' rows in `feature_set`, read once; None without sources or dropped.
-        `length`: the length of the study's own rows (default None: not checked).
+        `length`: the length of the study's own rows (default None: not checked); `processes`:
+        as `load_sources`' (default 1).
 
         Raises:
             TensortuneError: Where `study` records no target, or a source is of another
@@ -91,7 +92,7 @@ class WarmStart:
                     "tensortune.storage.create_study"
                 )
             check_sources(self.studies, target, study.study_name)
-            self._rows = load_sources(self.studies, feature_set, length)
+            self._rows = load_sources(self.studies, feature_set, length, processes)
         return self._rows
 
     def judges(self, make_model: Callable[[], CostModel]) -> list[CostModel | None]:
