@@ -49,11 +49,27 @@ def transformed_weight(weight: Any) -> Any:
 
 def winograd_conv2d(data: Any, weight: Any, padding: list[int]) -> Any:
     """TVM's NCHW Winograd convolution of te tensors `data` and `weight` (transformed by
-    `transformed_weight`), stride and dilation 1, `padding` as (top, left, bottom, right)."""
-    from tvm import topi
+    `transformed_weight`), stride and dilation 1, `padding` as (top, left, bottom, right).
 
-    return topi.nn.conv2d_winograd_nchw_without_weight_transform(
-        data, weight, 1, padding, 1, str(data.dtype)
+    TVM's compute pads the input only by `padding`, so where the output is not a whole number
+    of tiles its last tiles read past the padded input. Here the bottom and right padding
+    grow to whole tiles (zeros, as outside any input), and the output is cropped back."""
+    from tvm import te, topi
+
+    top, left, bottom, right = padding
+    height = int(data.shape[2]) + top + bottom - KERNEL + 1
+    width = int(data.shape[3]) + left + right - KERNEL + 1
+    extra_h, extra_w = -height % TILE, -width % TILE
+    out = topi.nn.conv2d_winograd_nchw_without_weight_transform(
+        data, weight, 1, [top, left, bottom + extra_h, right + extra_w], 1, str(data.dtype)
+    )
+    if not extra_h and not extra_w:
+        return out
+    batch, channels = (int(d) for d in out.shape[:2])
+    return te.compute(
+        (batch, channels, height, width),
+        lambda n, c, h, w: out[n, c, h, w],
+        name="winograd_crop",
     )
 
 
