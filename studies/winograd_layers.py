@@ -108,8 +108,8 @@ def summary(rows: list[dict]) -> str:
     for layer in dict.fromkeys(r["layer"] for r in rows):
         for system in dict.fromkeys(r["system"] for r in rows if r["layer"] == layer):
             mine = [r for r in rows if r["layer"] == layer and r["system"] == system]
-            us = statistics.median(r["us"] for r in mine)
-            gflops = statistics.median(r["gflops"] for r in mine)
+            us = round(statistics.median(r["us"] for r in mine), 1)
+            gflops = round(statistics.median(r["gflops"] for r in mine), 1)
             seeds = "/".join(str(r["us"]) for r in mine) if len(mine) > 1 else ""
             ratios = "/".join(str(r["x_direct"]) for r in mine if r["x_direct"] != "")
             lines.append(f"| {layer} | {system} | {us} | {gflops} | {seeds} | {ratios} |")
