@@ -147,7 +147,9 @@ class FeatureExtractor:
             return self._extract(configs)
         bounds = np.linspace(0, len(configs), parts + 1).astype(int)
         chunks = [configs[a:b] for a, b in itertools.pairwise(bounds)]
-        pool = worker_pool(parts - 1)
+        # One pool per process count, however many chunks this call makes: its workers
+        # start as chunks reach them.
+        pool = worker_pool(self.processes - 1)
         futures = [
             pool.submit(extract_rows, self.template, self.feature_set, chunk)
             for chunk in chunks[1:]
