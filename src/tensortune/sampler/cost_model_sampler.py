@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import warnings
 from collections import deque
@@ -29,6 +28,7 @@ from tensortune.sampler.settings import SEARCHES, RoundSettings, evolve_sizes
 from tensortune.sampler.transfer import AUTO, SOURCE_WEIGHTINGS
 from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import random_configs, space_filling, unseen_random_configs
+from tensortune.target import host_cores
 from tensortune.trial_records import claim_config, claimed_by_another
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ class CostModelSampler(BaseSampler):
         self.feature_set = feature_set or COST_MODELS[cost_model]
         self.n_startup_trials = n_startup_trials
         self.refit_growth = refit_growth
-        self.feature_processes = feature_processes or os.cpu_count() or 1
+        self.feature_processes = feature_processes or host_cores()
         #: The prior studies and what the study keeps of them.
         self.warm = WarmStart(source_studies, source_starts)
         self.seed = seed
