@@ -146,6 +146,7 @@ def metaschedule_tune(
     work_dir: str,
     seed: int,
     rewrites: Rewrites = NO_REWRITES,
+    population: int = 512,
 ) -> dict[int, float]:
     """MetaSchedule's ``tune_relax`` steps, run once for the largest of `budgets` with our build
     threads and its own runner; returns the seconds at which each budget's run would have
@@ -158,7 +159,9 @@ def metaschedule_tune(
     measures (to within one batch: a finished batch is read when the scheduler next joins it);
     `metaschedule_build` builds the model from those records. Its tasks are extracted with
     `rewrites` as ours are (default none); with weight packing, that is the weights marked
-    layout-free, as ``static_shape_tuning_pipeline``'s ``cpu_weight_prepack`` does."""
+    layout-free, as ``static_shape_tuning_pipeline``'s ``cpu_weight_prepack`` does.
+    `population` is its evolutionary search's (default 512, its own default; ``--quick`` makes
+    it small, as each of its batches searches that many candidates per task)."""
     import logging
 
     import tvm
@@ -187,8 +190,11 @@ def metaschedule_tune(
     with tvm_target:
         fused = tvm.transform.Sequential(task_passes(tvm_target, rewrites))(program.mod)
     extracted = ms.relax_integration.extract_tasks(fused, tvm_target)
+    search = ms.search_strategy.EvolutionarySearch(
+        population_size=population, init_min_unmeasured=min(50, population)
+    )
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        extracted, work_dir, seed=seed, num_threads=int(target.get("num-cores", 2))
+        extracted, work_dir, strategy=search, seed=seed, num_threads=int(target.get("num-cores", 2))
     )
     evaluator = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=30)
     # Its scheduler visits every task once, a batch each, before it follows the gradient: with
@@ -353,7 +359,9 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         keys = {budget: f"{system}@{budget}" for budget in budgets}
         if keys[budgets[-1]] not in ledger:
             shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
-            reached = metaschedule_tune(program, target, budgets, work_dir, args.seed, rewrites)
+            reached = metaschedule_tune(
+                program, target, budgets, work_dir, args.seed, rewrites, args.ms_population
+            )
             for budget, seconds in reached.items():
                 ledger.record(keys[budget], seconds)
         for budget in budgets:
@@ -499,6 +507,9 @@ def main() -> None:
     parser.add_argument("--winograd", action="store_true",
                         help="also ours tuned with Winograd convolutions (tune_model's "
                         "winograd; with --prepack-weights, packed too)")  # fmt: skip
+    parser.add_argument("--ms-population", type=int, default=512,
+                        help="MetaSchedule's evolutionary search population (default 512, its "
+                        "own; --quick: 16)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
     parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
@@ -510,10 +521,13 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.quick:
         args.models, args.budgets, args.rounds = ["tiny-cnn"], [8, 16], 2
+        args.ms_population = 16
     if args.work is None:
         args.work = tempfile.mkdtemp() if args.quick else os.path.join(HERE, "work", "models")
     if sorted(args.budgets) != args.budgets or min(args.budgets) < 1:
         parser.error("--budgets must be positive and ascending")
+    if args.ms_population < 1:
+        parser.error("--ms-population must be positive")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     rows, tasks, split = [], [], []

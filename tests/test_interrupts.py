@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 import tensortune
-from tensortune import cli, scratch, tuning
+from tensortune import batches, cli, scratch
 from tensortune.batches import run_batches
 from tensortune.export import export_best
 from tensortune.heartbeats import TrialHeartbeats, fail_stale_trials
@@ -71,7 +71,7 @@ def test_ctrl_c_while_publishing_the_best_kernel_tells_the_measured_batch(
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tuning, "publish_kernel", interrupted)
+    monkeypatch.setattr(batches, "publish_kernel", interrupted)
     store = optuna.artifacts.FileSystemArtifactStore(str(tmp_path))
     with pytest.raises(KeyboardInterrupt):
         run_batches(study, objective, 2, 2, False, store)
