@@ -86,7 +86,7 @@ from results_io import best_so_far, write_csv
 import tensortune
 from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
 from tensortune.sampler.transfer import project_config
-from tensortune.storage import create_study, open_storage
+from tensortune.storage import create_study, open_storage, study_target
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
 from tensortune.trial_records import trial_config
@@ -378,6 +378,8 @@ def summarize(
     for mode, curve in curves.items():
         attrs = studies[mode].user_attrs
         row = {"pair": pair, "kind": KINDS[pair], "target": target, "mode": mode, "seed": seed}
+        # The CPU it was tuned and timed on: runs of other pairs merge only on the same one.
+        row["host"] = study_target(studies[mode]).get("mcpu", "")
         for n in CHECKPOINTS:
             row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1) if n <= len(curve) else ""
         for n in CHECKPOINTS:

@@ -5,6 +5,12 @@ each warm mode to the cold study of the same seed with its bootstrap interval, t
 of the best known kernel, and issue 20's goals.
 
     python studies/transfer_report.py --out studies/results/transfer
+
+Runs of other pairs on one machine (``transfer.py --pairs P``, a folder each) pool into one
+report with ``--merge``: their rows and curves are written together to ``--out`` first.
+
+    python studies/transfer_report.py --merge studies/results/transfer-5seeds-* \
+        --out studies/results/transfer-5seeds
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from efficiency_goals import (
     ratio_cell,
     shown_count,
 )
-from results_io import draw_band, pyplot, read_csv
+from results_io import draw_band, pyplot, read_csv, write_csv
 
 #: Checkpoints the goals ask for (those within the studies' trials are reported).
 CHECKPOINTS = (16, 32, 64, 128)
@@ -46,6 +52,37 @@ def report(out: str, trials: int) -> None:
         f.write(text)
     print(text)
     _plot(out)
+
+
+def merge(folders: list[str], out: str) -> None:
+    """Write the rows and curves of the runs in `folders` (each with ``transfer.csv`` and
+    ``transfer_curves.csv``) together into `out`. Raises ValueError, writing nothing, where a
+    folder lacks either file, a (pair, cost model, mode, seed) is in two folders, or the rows
+    name more than one CPU (their ``host``) or none: ratios pool only within one machine."""
+    rows: list[dict] = []
+    curves: list[dict] = []
+    origin: dict[tuple, str] = {}
+    for folder in folders:
+        paths = [os.path.join(folder, name) for name in ("transfer.csv", "transfer_curves.csv")]
+        if not all(os.path.isfile(p) for p in paths):
+            raise ValueError(f"{folder} holds no transfer.csv and transfer_curves.csv")
+        found = read_csv(paths[0])
+        for row in found:
+            key = (row["pair"], row.get("cost_model", ""), row["mode"], row["seed"])
+            if key in origin:
+                raise ValueError(f"{'/'.join(key[:3])} seed {key[3]} is in {origin[key]} and "
+                                 f"{folder}")  # fmt: skip
+            origin[key] = folder
+        rows += found
+        curves += read_csv(paths[1])
+    hosts = {row.get("host", "") for row in rows}
+    if "" in hosts:
+        raise ValueError("rows without a host (made before transfer.py recorded the CPU): "
+                         "run transfer.py again on their folder to rewrite them")  # fmt: skip
+    if len(hosts) > 1:
+        raise ValueError(f"runs of several machines ({', '.join(sorted(hosts))}) do not pool")
+    write_csv(os.path.join(out, "transfer.csv"), rows)
+    write_csv(os.path.join(out, "transfer_curves.csv"), curves)
 
 
 def _trials(value: str, trials: int) -> int:
@@ -347,7 +384,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the folder with transfer.csv")
     parser.add_argument("--trials", type=int, default=64, help="trials per study (default 64)")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="FOLDER",
+                        help="first write the rows of these runs' folders (other pairs, one "
+                        "machine) together to --out (default: report --out as it is)")  # fmt: skip
     args = parser.parse_args()
+    if args.merge:
+        try:
+            merge(args.merge, args.out)
+        except ValueError as error:
+            parser.error(str(error))
     if not os.path.isfile(os.path.join(args.out, "transfer.csv")):
         parser.error(f"{args.out} holds no transfer.csv")
     report(args.out, args.trials)

@@ -644,6 +644,53 @@ def test_transfer_report_pools_retimed_ratios_and_judges_the_goals(tmp_path):
     assert "across operators (xgb) | not measured here |" in goals[2]
 
 
+def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkeypatch, capsys):
+    """Runs of one pair each pool into one report (ratios over both pairs' seeds); the same
+    pair and seed twice, another CPU or rows without one stop it with one line and status 2,
+    writing nothing."""
+    sys.path.insert(0, STUDIES)
+    try:
+        import transfer_report
+        from results_io import write_csv
+    finally:
+        sys.path.remove(STUDIES)
+
+    def run(folder, pair: str, host: str | None, warm: float) -> str:
+        rows, curves = [], []
+        for mode, value in (("cold", 10.0), ("warm", warm)):
+            rows.append({"pair": pair, "kind": "shapes", "target": "t", "mode": mode,
+                         "seed": 0, "best@16": value, "retimed@16": value,
+                         "retimed_vendor": 40.0, "trials_to_90pct_cold": 8, "wall_s": 1.0}
+                        | ({"host": host} if host is not None else {}))  # fmt: skip
+            curves += [{"pair": pair, "mode": mode, "seed": 0, "trial": i, "best_gflops": value}
+                       for i in range(1, 17)]  # fmt: skip
+        write_csv(str(folder / "transfer.csv"), rows)
+        write_csv(str(folder / "transfer_curves.csv"), curves)
+        return str(folder)
+
+    a = run(tmp_path / "a", "p", "znver4", 20.0)
+    b = run(tmp_path / "b", "q", "znver4", 40.0)
+    transfer_report.merge([a, b], str(tmp_path / "both"))
+    transfer_report.report(str(tmp_path / "both"), 16)
+    text = (tmp_path / "both" / "transfer_summary.md").read_text()
+    assert "| xgb | warm | all | 2 | 2.83 [2.00, 4.00] |" in text  # sqrt(2 * 4)
+
+    for folders in (
+        [a, run(tmp_path / "c", "p", "znver4", 30.0)],  # p seed 0 twice
+        [a, run(tmp_path / "d", "r", "cascadelake", 30.0)],
+        [a, run(tmp_path / "e", "r", None, 30.0)],
+        [a, str(tmp_path / "missing")],
+    ):
+        out = tmp_path / "refused"
+        argv = ["transfer_report.py", "--merge", *folders, "--out", str(out)]
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as stopped:
+            transfer_report.main()
+        assert stopped.value.code == 2
+        assert len(capsys.readouterr().err.strip().splitlines()[-1:]) == 1
+        assert not out.exists()
+
+
 def test_transfer_refuses_a_cache_it_cannot_use(tmp_path, monkeypatch, capsys):
     """A --cache that is a folder stops transfer.py with one line and status 2, before it
     tunes or writes anything."""
