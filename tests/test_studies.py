@@ -648,12 +648,8 @@ def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkey
     """Runs of one pair each pool into one report (ratios over both pairs' seeds); the same
     pair and seed twice, another CPU or rows without one stop it with one line and status 2,
     writing nothing."""
-    sys.path.insert(0, STUDIES)
-    try:
-        import transfer_report
-        from results_io import write_csv
-    finally:
-        sys.path.remove(STUDIES)
+    transfer_report = studies_module("transfer_report")
+    write_csv = studies_module("results_io").write_csv
 
     def run(folder, pair: str, host: str | None, warm: float) -> str:
         rows, curves = [], []
@@ -687,7 +683,8 @@ def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkey
         with pytest.raises(SystemExit) as stopped:
             transfer_report.main()
         assert stopped.value.code == 2
-        assert len(capsys.readouterr().err.strip().splitlines()[-1:]) == 1
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert error.startswith("transfer_report.py: error:")
         assert not out.exists()
 
 
