@@ -55,7 +55,8 @@ wall seconds count reused configs as free. Writes under ``--out`` (default
         --pairs matmul-to-batch_matmul conv2d-to-depthwise --out studies/results/treegru_transfer
 
 With several ``--cost-model`` values the models take turns on each pair and seed (side by
-side, one run); rows and the summary then carry a ``cost_model`` column.
+side, one run); rows and the summary then carry a ``cost_model`` column, as they do when the
+one model is not the default (so that ``transfer_report.py --merge`` keeps the models apart).
 """
 
 from __future__ import annotations
@@ -350,7 +351,7 @@ def main() -> None:
                     print(f"{pair} {model} {mode} s{seed}: {best:.1f} GFLOP/s", flush=True)
                 retimed = retime_pair(pair, target, studies)
                 pair_rows, pair_curves = summarize(pair, target, seed, studies, retimed)
-                if len(args.cost_model) > 1:
+                if len(args.cost_model) > 1 or model != DEFAULT_COST_MODEL:
                     for row in pair_rows + pair_curves:
                         row["cost_model"] = model
                 rows += pair_rows
