@@ -18,6 +18,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
   TVM for program features;
+- ``warm-unscreened``: the same with ``screen_share=1``: every candidate of a round's search
+  is lowered for its program features, none ruled out first by the knob-feature screen
+  (`tensortune.sampler.screening`; the warm start before the screen);
 - ``enqueue``: cold, after Optuna's simple alternative: the sources' 8 best configs enqueued
   as the first trials. Tile splits of another shape are rarely in the target's space (none of
   C12's best is in C7's), so each is moved to the target's nearest split; configs of another
@@ -126,6 +129,7 @@ MODES = (
     "warm-model",
     "warm-relative",
     "warm-knob",
+    "warm-unscreened",
     "enqueue",
 )
 #: The modes that run another source weighting than the default's.
@@ -200,6 +204,7 @@ def run_target(
         source_starts=0 if mode == "warm-model" else 16,
         source_weighting=WEIGHTING_OF_MODE.get(mode, "evidence"),
         feature_set="knob" if mode == "warm-knob" else None,
+        **({"screen_share": 1.0} if mode == "warm-unscreened" else {}),
     )
     start = time.perf_counter()
     if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes

@@ -193,8 +193,10 @@ class FeatureExtractor:
 
 
 #: Fewest configs a worker process is handed: with fewer, sending them and their rows costs
-#: about what lowering them here would (5-9 ms a config on a CPU, see `studies/features.py`).
-MIN_CHUNK = 32
+#: about what lowering them here would. Calls of 32 conv2d C7 configs took 16.5 ms a config
+#: whole and 8.5 split in two (2-core VM), calls of 64 8.4 and 8.3 with chunks of 32 or 16: a
+#: screened search step (`tensortune.sampler.screening`) lowers 32 at a time.
+MIN_CHUNK = 16
 
 
 def extract_rows(

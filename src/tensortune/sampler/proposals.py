@@ -11,6 +11,7 @@ import numpy as np
 
 from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
+from tensortune.sampler.screening import Screen, fit_screen, screened
 from tensortune.sampler.settings import RoundSettings
 from tensortune.sampler.transfer import (
     MIN_EVIDENCE,
@@ -45,12 +46,15 @@ class Round:
             config taken) or ``"random"`` per config.
         scores: The acquisition value per config (NaN for the random share).
         states: Annealing chain states to continue from next round.
-        seconds: Wall time per phase: ``features``, ``fit``, ``search``, ``select``.
+        seconds: Wall time per phase: ``features``, ``fit``, ``screen`` (fitting it),
+            ``search``, ``select``.
         n_scored: Configs the annealer scored (cached features included).
         model: The fitted cost model, for the next round to go on from.
         source_weights: `Fit.source_weights` of the round's fit (empty without sources).
         fitted: Whether the round fit `model` (False: it searched with the model it was
             given, see `propose_round`'s ``refit``).
+        lowered: ``(k, m)`` configs the searches scored with the model (behind a screen,
+            those it let through), for the next rounds' screen.
     """
 
     configs: np.ndarray
@@ -62,6 +66,7 @@ class Round:
     model: CostModel | None = None
     source_weights: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
     fitted: bool = True
+    lowered: np.ndarray = dataclasses.field(default_factory=lambda: np.empty((0, 0), np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +187,7 @@ def propose_round(
     model: CostModel | None = None,
     judges: Sequence[CostModel | None] = (),
     refit: bool = True,
+    screen: Screen | None = None,
 ) -> Round:
     """Fit (on the study's history and the `prior` studies' rows, weighed with `judges`, see
     `fit_cost_model`; `model`, the last round's, goes on training where it warm-starts (the
@@ -193,7 +199,11 @@ def propose_round(
     With `refit` False (default True), a `model` and no `prior` rows, the round searches with
     `model` as it is: the history still gives the search its measured best and the configs it
     must not propose again. With `prior` rows every round fits: their weights follow the
-    study's own configs."""
+    study's own configs.
+
+    With a `screen` (default None: every candidate scored), each search step scores with the
+    model only the share of its candidates that a knob-feature model of the model's scores
+    ranks best (`tensortune.sampler.screening`), once the screen's pool is large enough."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
@@ -215,7 +225,7 @@ def propose_round(
     mean, _ = model.predict(known) if len(known) else (np.zeros(1), None)
     best = float(np.max(mean))
 
-    def score(configs: np.ndarray) -> np.ndarray:
+    def model_score(configs: np.ndarray) -> np.ndarray:
         rows = featurize(configs)
         bad = np.isnan(rows).any(axis=1)
         out = np.full(len(configs), -np.inf)
@@ -224,6 +234,11 @@ def propose_round(
             out[~bad] = acquire(settings.acquisition, mu, sigma, best)
         return out
 
+    lowered: list[np.ndarray] = []
+    start = time.perf_counter()
+    cheap = fit_screen(screen, model_score, seed) if screen is not None else None
+    score = screened(model_score, cheap, screen.share if screen else 1.0, lowered)
+    seconds["screen"] = time.perf_counter() - start
     start = time.perf_counter()
     b = settings.batch_size
     n_keep = max(b, math.ceil(settings.candidate_factor * b))
@@ -236,7 +251,12 @@ def propose_round(
     far = _explore(history, sizes, score, settings, n_far, rng) if n_far else None
     seconds["search"] = time.perf_counter() - start
     found = _select(history, sizes, settings, result, far, n_far, rng, seconds, model)
-    return dataclasses.replace(found, source_weights=fit.source_weights, fitted=fitted)
+    return dataclasses.replace(
+        found,
+        source_weights=fit.source_weights,
+        fitted=fitted,
+        lowered=np.vstack(lowered) if lowered else np.empty((0, len(sizes)), np.int64),
+    )
 
 
 def _anneal(
