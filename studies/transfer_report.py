@@ -7,7 +7,9 @@ of the best known kernel, and issue 20's goals.
     python studies/transfer_report.py --out studies/results/transfer
 
 Runs of other pairs on one machine (``transfer.py --pairs P``, a folder each) pool into one
-report with ``--merge``: their rows and curves are written together to ``--out`` first.
+report with ``--merge``: their rows and curves are written together to ``--out`` first. The
+trials per study are read from the curves (``--trials`` overrides); runs of other lengths do
+not merge.
 
     python studies/transfer_report.py --merge studies/results/transfer-5seeds-* \
         --out studies/results/transfer-5seeds
@@ -57,8 +59,9 @@ def report(out: str, trials: int) -> None:
 def merge(folders: list[str], out: str) -> None:
     """Write the rows and curves of the runs in `folders` (each with ``transfer.csv`` and
     ``transfer_curves.csv``) together into `out`. Raises ValueError, writing nothing, where a
-    folder lacks either file, a (pair, cost model, mode, seed) is in two folders, or the rows
-    name more than one CPU (their ``host``) or none: ratios pool only within one machine."""
+    folder lacks either file, a (pair, cost model, mode, seed) is in two folders, the rows
+    name more than one CPU (their ``host``) or none (ratios pool only within one machine), or
+    the studies ran different numbers of trials (`study_trials`)."""
     rows: list[dict] = []
     curves: list[dict] = []
     origin: dict[tuple, str] = {}
@@ -81,8 +84,26 @@ def merge(folders: list[str], out: str) -> None:
                          "run transfer.py again on their folder to rewrite them")  # fmt: skip
     if len(hosts) > 1:
         raise ValueError(f"runs of several machines ({', '.join(sorted(hosts))}) do not pool")
+    study_trials(curves)  # one length, or nothing is written
     write_csv(os.path.join(out, "transfer.csv"), rows)
     write_csv(os.path.join(out, "transfer_curves.csv"), curves)
+
+
+def study_trials(curves: list[dict]) -> int:
+    """The trials per study of the run whose `curves` these are (its last trial number).
+    Raises ValueError where the studies ran different numbers of trials: the checkpoints and
+    the count of an unreached level would fit only some of them."""
+    last: dict[tuple, int] = {}
+    for row in curves:
+        key = (row["pair"], row.get("cost_model", ""), row["mode"], row["seed"])
+        last[key] = max(last.get(key, 0), int(row["trial"]))
+    lengths = sorted(set(last.values()))
+    if not lengths:
+        raise ValueError("transfer_curves.csv holds no trials")
+    if len(lengths) > 1:
+        raise ValueError(f"studies of {' and '.join(map(str, lengths))} trials do not report "
+                         "together: report each length from its own folder")  # fmt: skip
+    return lengths[0]
 
 
 def _trials(value: str, trials: int) -> int:
@@ -383,7 +404,9 @@ def _plot(out: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the folder with transfer.csv")
-    parser.add_argument("--trials", type=int, default=64, help="trials per study (default 64)")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="trials per study (default: the studies' own, read from "
+                        "transfer_curves.csv)")  # fmt: skip
     parser.add_argument("--merge", nargs="+", default=None, metavar="FOLDER",
                         help="first write the rows of these runs' folders (other pairs, one "
                         "machine) together to --out (default: report --out as it is)")  # fmt: skip
@@ -393,9 +416,16 @@ def main() -> None:
             merge(args.merge, args.out)
         except ValueError as error:
             parser.error(str(error))
-    if not os.path.isfile(os.path.join(args.out, "transfer.csv")):
-        parser.error(f"{args.out} holds no transfer.csv")
-    report(args.out, args.trials)
+    paths = [os.path.join(args.out, name) for name in ("transfer.csv", "transfer_curves.csv")]
+    if not all(os.path.isfile(p) for p in paths):
+        parser.error(f"{args.out} holds no transfer.csv and transfer_curves.csv")
+    trials = args.trials
+    if trials is None:
+        try:
+            trials = study_trials(read_csv(paths[1]))
+        except ValueError as error:
+            parser.error(str(error))
+    report(args.out, trials)
 
 
 if __name__ == "__main__":

@@ -645,13 +645,14 @@ def test_transfer_report_pools_retimed_ratios_and_judges_the_goals(tmp_path):
 
 
 def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkeypatch, capsys):
-    """Runs of one pair each pool into one report (ratios over both pairs' seeds); the same
-    pair and seed twice, another CPU or rows without one stop it with one line and status 2,
-    writing nothing."""
+    """Runs of one pair each pool into one report (ratios over both pairs' seeds, checkpoints
+    up to the studies' own trial count); the same pair and seed twice, another CPU, rows
+    without one, or studies of another length stop it with one line and status 2, writing
+    nothing."""
     transfer_report = studies_module("transfer_report")
     write_csv = studies_module("results_io").write_csv
 
-    def run(folder, pair: str, host: str | None, warm: float) -> str:
+    def run(folder, pair: str, host: str | None, warm: float, trials: int = 16) -> str:
         rows, curves = [], []
         for mode, value in (("cold", 10.0), ("warm", warm)):
             rows.append({"pair": pair, "kind": "shapes", "target": "t", "mode": mode,
@@ -659,23 +660,26 @@ def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkey
                          "retimed_vendor": 40.0, "trials_to_90pct_cold": 8, "wall_s": 1.0}
                         | ({"host": host} if host is not None else {}))  # fmt: skip
             curves += [{"pair": pair, "mode": mode, "seed": 0, "trial": i, "best_gflops": value}
-                       for i in range(1, 17)]  # fmt: skip
+                       for i in range(1, trials + 1)]  # fmt: skip
         write_csv(str(folder / "transfer.csv"), rows)
         write_csv(str(folder / "transfer_curves.csv"), curves)
         return str(folder)
 
     a = run(tmp_path / "a", "p", "znver4", 20.0)
     b = run(tmp_path / "b", "q", "znver4", 40.0)
-    transfer_report.merge([a, b], str(tmp_path / "both"))
-    transfer_report.report(str(tmp_path / "both"), 16)
-    text = (tmp_path / "both" / "transfer_summary.md").read_text()
+    both = tmp_path / "both"
+    monkeypatch.setattr(sys, "argv", ["transfer_report.py", "--merge", a, b, "--out", str(both)])
+    transfer_report.main()  # the studies' 16 trials read from the curves
+    text = (both / "transfer_summary.md").read_text()
     assert "| xgb | warm | all | 2 | 2.83 [2.00, 4.00] |" in text  # sqrt(2 * 4)
+    assert "counts as 17" in text and "@32" not in text
 
     for folders in (
         [a, run(tmp_path / "c", "p", "znver4", 30.0)],  # p seed 0 twice
         [a, run(tmp_path / "d", "r", "cascadelake", 30.0)],
         [a, run(tmp_path / "e", "r", None, 30.0)],
         [a, str(tmp_path / "missing")],
+        [a, run(tmp_path / "f", "r", "znver4", 30.0, trials=32)],  # 16 and 32 trials
     ):
         out = tmp_path / "refused"
         argv = ["transfer_report.py", "--merge", *folders, "--out", str(out)]
