@@ -2,7 +2,7 @@
 (``transfer.csv``, one row per pair, mode and seed; ``transfer_curves.csv``, the best so far
 per trial): medians found while tuning, medians of the re-timed winners, the pooled ratio of
 each warm mode to the cold study of the same seed with its bootstrap interval, trials to 90 %
-of the best known kernel, and issue 20's goals.
+of the best known kernel, issue 20's goals, and wall time (`transfer_wall`).
 
     python studies/transfer_report.py --out studies/results/transfer
 
@@ -31,6 +31,7 @@ from efficiency_goals import (
     shown_count,
 )
 from results_io import draw_band, pyplot, read_csv, write_csv
+from transfer_wall import wall_table
 
 #: Checkpoints the goals ask for (those within the studies' trials are reported).
 CHECKPOINTS = (16, 32, 64, 128)
@@ -49,6 +50,8 @@ def report(out: str, trials: int) -> None:
     if curves and rows[0].get("kind"):
         known = trials_to_known(rows, curves, trials)
         sections += [known_table(rows, known, trials), goals_table(rows, known, trials)]
+    if any(c.get("elapsed_s") for c in curves) and any(r["mode"] == "cold" for r in rows):
+        sections.append(wall_table(rows, curves))
     text = "\n\n".join(sections) + "\n"
     with open(os.path.join(out, "transfer_summary.md"), "w") as f:
         f.write(text)

@@ -644,6 +644,28 @@ def test_transfer_report_pools_retimed_ratios_and_judges_the_goals(tmp_path):
     assert "across operators (xgb) | not measured here |" in goals[2]
 
 
+def test_transfer_report_reads_the_best_at_cold_wall_time(tmp_path):
+    """The wall-time section: each warm study's best by the time its seed's cold study ended,
+    over cold's best; a warm study twice as slow per trial is judged at half its trials."""
+    transfer_report = studies_module("transfer_report")
+    write_csv = studies_module("results_io").write_csv
+    rows, curves = [], []
+    for seed in (0, 1):
+        for mode, per_trial, best in (("cold", 1.0, 10.0), ("warm", 2.0, 40.0)):
+            rows.append({"pair": "p", "kind": "shapes", "target": "t", "mode": mode,
+                         "seed": seed, "best@16": best, "trials_to_90pct_cold": 8,
+                         "wall_s": 16 * per_trial})  # fmt: skip
+            # Warm finds 20 by trial 8 (16 s, cold's whole study) and 40 only at trial 16.
+            curves += [{"pair": "p", "mode": mode, "seed": seed, "trial": i,
+                        "best_gflops": best if i == 16 else best / 2 if i >= 8 else 1.0,
+                        "elapsed_s": i * per_trial} for i in range(1, 17)]  # fmt: skip
+    write_csv(str(tmp_path / "transfer.csv"), rows)
+    write_csv(str(tmp_path / "transfer_curves.csv"), curves)
+    transfer_report.report(str(tmp_path), 16)
+    text = (tmp_path / "transfer_summary.md").read_text()
+    assert "| p | xgb | warm | 32 | 2.00 | 2.00 [2.00, 2.00] | 2.00 / 2.00 |" in text
+
+
 def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkeypatch, capsys):
     """Runs of one pair each pool into one report (ratios over both pairs' seeds, checkpoints
     up to the studies' own trial count); the same pair and seed twice, another CPU, rows
