@@ -23,6 +23,27 @@ def storage_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'studies.db'}"
 
 
+@pytest.fixture(scope="module")
+def source_url(tmp_path_factory) -> str:
+    """A prior study, named "prior", of matmul 192x96x160 (no config of it is a config of
+    matmul 128's space): 24 random configs, really measured."""
+    import tensortune
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('sources') / 'prior.db'}"
+    tensortune.tune(
+        "matmul",
+        shape=dict(M=192, N=96, K=160),
+        n_trials=24,
+        storage=url,
+        study_name="prior",
+        sampler="random",
+        seed=0,
+        settings=MeasureSettings(repeat=2, min_repeat_ms=2),
+        show_progress=False,
+    )
+    return url
+
+
 @pytest.fixture
 def fast_settings() -> MeasureSettings:
     """Short timings: these tests check behaviour, not speed."""

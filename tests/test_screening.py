@@ -156,21 +156,9 @@ class RecordingSampler(CostModelSampler):
 
 
 @pytest.mark.slow
-def test_warm_study_lowers_a_fraction_behind_the_screen(storage_url, fast_settings, tmp_path):
+def test_warm_study_lowers_a_fraction_behind_the_screen(source_url, storage_url, fast_settings):
     """A real warm start (curve features, lowered through TVM) with and without the screen:
     once the screen has a pool, a round lowers at most about its share of what it would."""
-    source_url = f"sqlite:///{tmp_path / 'prior.db'}"
-    tensortune.tune(
-        "matmul",
-        shape=dict(M=192, N=96, K=160),
-        n_trials=24,
-        storage=source_url,
-        study_name="prior",
-        sampler="random",
-        seed=0,
-        settings=fast_settings,
-        show_progress=False,
-    )
     prior = optuna.load_study(study_name="prior", storage=source_url)
     scored: dict[float, list[int]] = {}
     for share in (1.0, 0.25):

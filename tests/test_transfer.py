@@ -19,25 +19,7 @@ from tensortune.templates import CpuTemplate
 from tensortune.trial_records import PROPOSAL_ATTR
 
 TARGET = dict(M=128, N=128, K=128)
-SOURCE = dict(M=192, N=96, K=160)  # another shape: no config of it is a config of the target
-
-
-@pytest.fixture(scope="module")
-def source_url(tmp_path_factory) -> str:
-    """A prior study of another matmul shape: 24 random configs, really measured."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('sources') / 'prior.db'}"
-    tensortune.tune(
-        "matmul",
-        shape=SOURCE,
-        n_trials=24,
-        storage=url,
-        study_name="prior",
-        sampler="random",
-        seed=0,
-        settings=MeasureSettings(repeat=2, min_repeat_ms=2),
-        show_progress=False,
-    )
-    return url
+# The sources: `source_url` (conftest), a prior study of matmul 192x96x160, another shape.
 
 
 def _prior(url: str) -> optuna.Study:
