@@ -502,7 +502,7 @@ def test_record_configs_writes_measured_configs(tmp_path):
 def test_transfer_quick(tmp_path):
     rows = run_quick("transfer.py", tmp_path)
     modes = ["cold", "warm", "warm-decay", "warm-guarded", "warm-model", "warm-relative",
-             "warm-knob", "enqueue"]  # fmt: skip
+             "warm-knob", "warm-unscreened", "enqueue"]  # fmt: skip
     assert [r["mode"] for r in rows] == modes
     assert rows[-1]["enqueued"] == "8"  # 8 source configs were moved into the space
     for row in rows:
@@ -518,10 +518,12 @@ def test_transfer_quick(tmp_path):
     for row in rows:
         assert row["trials_to_90pct_cold"] == first_to(by_mode[row["mode"]], 0.9 * cold_best)
     table = (tmp_path / "transfer_summary.md").read_text()
-    # Every mode found while tuning and re-timed; each other one ÷ cold, over one seed pair.
+    # Every mode found while tuning and re-timed; each other one ÷ cold, over one seed pair,
+    # and in wall time.
     others = len(modes) - 1
-    assert table.count("| matmul-shape |") == len(modes) + len(modes) + others
+    assert table.count("| matmul-shape |") == len(modes) + len(modes) + others + others
     assert table.count("| matmul-shape | 1 |") == others
+    assert table.count("| matmul-shape | xgb |") == others
     assert (tmp_path / "transfer.png").stat().st_size > 0
 
 
