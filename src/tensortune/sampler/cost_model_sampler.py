@@ -176,8 +176,9 @@ class CostModelSampler(BaseSampler):
             the CPU ones), the share of each search step's candidates lowered: the rest are
             ruled out by a knob-feature model of the round's model's scores, fit on the
             configs lowered in earlier rounds (`tensortune.sampler.screening`). Default 0.25:
-            warm C12 → C7 studies lowered 3720 candidates in 48 trials and took 2.8x a cold
-            study's wall time (``studies/README.md``, transfer). 1 lowers every candidate.
+            warm C12 → C7 studies of 128 trials (5 seeds) took 1.48x a cold study's wall time
+            with it against 2.48x without, and found as fast kernels (re-timed, 0.96-1.09x at
+            16-128 trials; ``studies/README.md``, transfer). 1 lowers every candidate.
         feature_processes: Processes that lower a round's candidates for program features,
             this one included (`tensortune.features.FeatureExtractor`'s ``processes``; the
             others are worker processes the whole process shares, started on first use).
