@@ -51,7 +51,7 @@ def report(out: str, trials: int) -> None:
         known = trials_to_known(rows, curves, trials)
         sections += [known_table(rows, known, trials), goals_table(rows, known, trials)]
     if any(c.get("elapsed_s") for c in curves) and any(r["mode"] == "cold" for r in rows):
-        sections.append(wall_table(rows, curves))
+        sections.append(wall_table(_groups(rows), curves_by_study(curves)))
     text = "\n\n".join(sections) + "\n"
     with open(os.path.join(out, "transfer_summary.md"), "w") as f:
         f.write(text)
@@ -74,7 +74,7 @@ def merge(folders: list[str], out: str) -> None:
             raise ValueError(f"{folder} holds no transfer.csv and transfer_curves.csv")
         found = read_csv(paths[0])
         for row in found:
-            key = (row["pair"], row.get("cost_model", ""), row["mode"], row["seed"])
+            key = study_key(row)
             if key in origin:
                 raise ValueError(f"{'/'.join(key[:3])} seed {key[3]} is in {origin[key]} and "
                                  f"{folder}")  # fmt: skip
@@ -92,15 +92,27 @@ def merge(folders: list[str], out: str) -> None:
     write_csv(os.path.join(out, "transfer_curves.csv"), curves)
 
 
+def study_key(row: dict) -> tuple[str, str, str, str]:
+    """The study a row of ``transfer.csv`` or ``transfer_curves.csv`` belongs to: (pair, cost
+    model, mode, seed)."""
+    return (row["pair"], row.get("cost_model", ""), row["mode"], row["seed"])
+
+
+def curves_by_study(curves: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows of ``transfer_curves.csv`` per `study_key`, in trial order."""
+    by_study: dict[tuple, list[dict]] = {}
+    for row in curves:
+        by_study.setdefault(study_key(row), []).append(row)
+    for rows in by_study.values():
+        rows.sort(key=lambda row: int(row["trial"]))
+    return by_study
+
+
 def study_trials(curves: list[dict]) -> int:
     """The trials per study of the run whose `curves` these are (its last trial number).
     Raises ValueError where the studies ran different numbers of trials: the checkpoints and
     the count of an unreached level would fit only some of them."""
-    last: dict[tuple, int] = {}
-    for row in curves:
-        key = (row["pair"], row.get("cost_model", ""), row["mode"], row["seed"])
-        last[key] = max(last.get(key, 0), int(row["trial"]))
-    lengths = sorted(set(last.values()))
+    lengths = sorted({int(rows[-1]["trial"]) for rows in curves_by_study(curves).values()})
     if not lengths:
         raise ValueError("transfer_curves.csv holds no trials")
     if len(lengths) > 1:
@@ -261,17 +273,19 @@ def trials_to_known(rows: list[dict], curves: list[dict], trials: int) -> dict[t
     ``trials + 1``."""
     targets = {r["pair"]: r["target"] for r in rows}
     known: dict[str, float] = {}
-    series: dict[tuple, list[float]] = {}
     for c in curves:
-        key = (c["pair"], c.get("cost_model", ""), c["mode"], c["seed"])
-        series.setdefault(key, []).append(float(c["best_gflops"]))
         target = targets[c["pair"]]
         known[target] = max(known.get(target, 0.0), float(c["best_gflops"]))
     return {
         key: next(
-            (i + 1 for i, v in enumerate(values) if v >= 0.9 * known[targets[key[0]]]), trials + 1
+            (
+                i + 1
+                for i, c in enumerate(study)
+                if float(c["best_gflops"]) >= 0.9 * known[targets[key[0]]]
+            ),
+            trials + 1,
         )
-        for key, values in series.items()
+        for key, study in curves_by_study(curves).items()
     }
 
 

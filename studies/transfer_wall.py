@@ -12,37 +12,35 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
 
 from efficiency_goals import geomean_interval, ratio_cell
 
 
 def best_by(curve: list[dict], seconds: float) -> float:
-    """The best GFLOP/s found while tuning within `seconds` of a study's start (0 if none)."""
-    done = [float(c["best_gflops"]) for c in curve if c["elapsed_s"] != ""]
-    times = [float(c["elapsed_s"]) for c in curve if c["elapsed_s"] != ""]
-    within = [b for b, t in zip(done, times, strict=True) if t <= seconds]
+    """The best GFLOP/s found while tuning within `seconds` of a study's start (0 if none),
+    from its curve rows in trial order."""
+    within = [
+        float(c["best_gflops"])
+        for c in curve
+        if c["elapsed_s"] != "" and float(c["elapsed_s"]) <= seconds
+    ]
     return within[-1] if within else 0.0
 
 
-def wall_table(rows: list[dict], curves: list[dict]) -> str:
+def wall_table(groups: list[tuple[str, str, list[dict]]], by_study: dict[tuple, list[dict]]) -> str:
     """Per pair, cost model and warm mode: median wall seconds of one study against cold's,
     and the best at cold's wall time ÷ cold's final best (geometric mean over seeds, 95 %
-    bootstrap interval, and every seed)."""
-    by_study: dict[tuple, list[dict]] = defaultdict(list)
-    for c in curves:
-        by_study[(c["pair"], c.get("cost_model", ""), c["mode"], c["seed"])].append(c)
-    for curve in by_study.values():
-        curve.sort(key=lambda c: int(c["trial"]))
+    bootstrap interval, and every seed). `groups`: (pair, cost model, its ``transfer.csv``
+    rows); `by_study`: the curves per (pair, cost model, mode, seed), in trial order (as
+    ``transfer_report`` makes them)."""
     lines = [
         "| pair | cost model | mode | median wall s | ÷ cold | best at cold's wall time ÷ "
         "cold's best [95 %] | per seed |",
         "|---|---|---|---|---|---|---|",
     ]
-    groups = dict.fromkeys((r["pair"], r.get("cost_model", "")) for r in rows)
-    for pair, model in groups:
-        ours = [r for r in rows if r["pair"] == pair and r.get("cost_model", "") == model]
-        walls = {m: [float(r["wall_s"]) for r in ours if r["mode"] == m] for m in _modes(ours)}
+    for pair, model, ours in groups:
+        modes = dict.fromkeys(r["mode"] for r in ours)
+        walls = {m: [float(r["wall_s"]) for r in ours if r["mode"] == m] for m in modes}
         cold_wall = statistics.median(walls["cold"]) if walls.get("cold") else math.nan
         for mode in [m for m in walls if m != "cold"]:
             ratios = []
@@ -68,7 +66,3 @@ def wall_table(rows: list[dict], curves: list[dict]) -> str:
         "left out of the mean."
     )
     return "\n".join(lines)
-
-
-def _modes(rows: list[dict]) -> list[str]:
-    return list(dict.fromkeys(r["mode"] for r in rows))

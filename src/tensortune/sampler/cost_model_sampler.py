@@ -496,6 +496,7 @@ class CostModelSampler(BaseSampler):
         grown = history.n_finished - self._model_rows
         # Due by growth; `propose_round` also fits without a model, or with sources.
         refit = grown >= max(self.settings.batch_size, self.refit_growth * self._model_rows)
+        screen = self._screen()
 
         def featurize(configs: np.ndarray) -> np.ndarray:
             if extractor.knob is not None:  # straight from the indices: no dicts for 10^4 rows
@@ -514,10 +515,10 @@ class CostModelSampler(BaseSampler):
             model=self._model,
             judges=self._source_judges(),
             refit=refit,
-            screen=self._screen(),
+            screen=screen,
         )
         self.last_round_scored = len(result.lowered)
-        if self._screen_rows is not None:
+        if screen is not None:  # the pool only feeds a screen
             self._lowered = recent_pool(self._lowered, [history.configs, result.lowered])
         if result.fitted:
             self._model_rows = history.n_finished
