@@ -28,6 +28,7 @@ from common import CONV_LABELS, RESULTS, SETTINGS, TimedSampler, workload_of
 from results_io import write_csv
 
 import tensortune
+from tensortune.sampler.proposals import ROUND_PHASES
 from tensortune.target import target_spec
 
 FULL = ("resnet18-c12", "resnet18-c2")
@@ -90,11 +91,10 @@ class RoundLog(TimedSampler):
 
 def phases(rounds: list[tuple[int, dict[str, float]]], first: int) -> dict:
     """The model rounds made for trials from number `first` on: how many, how many fit the
-    cost model, and their mean seconds by part (``fit`` over every round, ``fit_each`` over
-    those that fit)."""
+    cost model, and their mean seconds by part (`ROUND_PHASES`; ``fit`` over every round,
+    ``fit_each`` over those that fit)."""
     kept = [seconds for number, seconds in rounds if number >= first]
-    parts = ("fit", "features", "search", "select")
-    mean = {k: sum(r.get(k, 0.0) for r in kept) / max(len(kept), 1) for k in parts}
+    mean = {k: sum(r.get(k, 0.0) for r in kept) / max(len(kept), 1) for k in ROUND_PHASES}
     fitted = [r["fit"] for r in kept if r.get("fit", 0.0) > 0]
     return {
         "rounds": len(kept),

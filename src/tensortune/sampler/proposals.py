@@ -34,6 +34,8 @@ from tensortune.search import (
 
 #: Maps ``(n, m)`` knob indices to ``(n, d)`` feature rows (NaN rows: unschedulable configs).
 Featurize = Callable[[np.ndarray], np.ndarray]
+#: The phases of a round, as `Round.seconds` names them, in the order they run.
+ROUND_PHASES = ("fit", "features", "screen", "search", "select")
 
 
 @dataclasses.dataclass
@@ -46,8 +48,8 @@ class Round:
             config taken) or ``"random"`` per config.
         scores: The acquisition value per config (NaN for the random share).
         states: Annealing chain states to continue from next round.
-        seconds: Wall time per phase: ``features``, ``fit``, ``screen`` (fitting it),
-            ``search``, ``select``.
+        seconds: Wall time per phase of `ROUND_PHASES`: ``fit``, ``features``, ``screen``
+            (fitting it), ``search``, ``select``.
         n_scored: Configs the annealer scored (cached features included).
         model: The fitted cost model, for the next round to go on from.
         source_weights: `Fit.source_weights` of the round's fit (empty without sources).
