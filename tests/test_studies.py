@@ -427,14 +427,14 @@ def test_sampler_overhead_windows_end_with_the_last_trials():
 def test_sampler_overhead_phases_average_the_rounds_of_a_window():
     overhead = studies_module("sampler_overhead")
     rounds = [
-        (16, {"fit": 0.4, "features": 0.1, "search": 0.3, "select": 0.0}),
-        (24, {"fit": 0.0, "features": 0.1, "search": 0.5, "select": 0.0}),
-        (32, {"fit": 0.6, "features": 0.1, "search": 0.4, "select": 0.0}),
+        (16, {"fit": 0.4, "features": 0.1, "screen": 0.0, "search": 0.3, "select": 0.0}),
+        (24, {"fit": 0.0, "features": 0.1, "screen": 0.2, "search": 0.5, "select": 0.0}),
+        (32, {"fit": 0.6, "features": 0.1, "screen": 0.4, "search": 0.4, "select": 0.0}),
     ]
     # From trial 20 on: two rounds, one of which fit the model.
     assert overhead.phases(rounds, 20) == {
-        "rounds": 2, "fitted": 1, "fit": 0.3, "features": 0.1, "search": 0.45, "select": 0.0,
-        "fit_each": 0.6,
+        "rounds": 2, "fitted": 1, "fit": 0.3, "features": 0.1, "screen": 0.3, "search": 0.45,
+        "select": 0.0, "fit_each": 0.6,
     }  # fmt: skip
     assert overhead.phases(rounds, 40)["rounds"] == 0
 
