@@ -179,8 +179,8 @@ class CostModelSampler(BaseSampler):
             warm C12 → C7 studies of 128 trials (5 seeds) took 1.48x a cold study's wall time
             with it against 2.48x without, and found as fast kernels (re-timed, 0.96-1.09x at
             16-128 trials; ``studies/README.md``, transfer). From an unrelated source
-            (depthwise -> matmul, 5 seeds) it was 0.78x the unscreened warm start at 64 trials,
-            inside the seed spread but not yet ruled out. 1 lowers every candidate.
+            (depthwise -> matmul, 10 seeds) it tied cold but was 0.81x [0.68, 0.97] the
+            unscreened warm start at 64 trials. 1 lowers every candidate.
         feature_processes: Processes that lower a round's candidates for program features,
             this one included (`tensortune.features.FeatureExtractor`'s ``processes``; the
             others are worker processes the whole process shares, started on first use).
