@@ -44,14 +44,15 @@ def report(out: str, trials: int) -> None:
     studies of `trials` trials (an unreached level counts as ``trials + 1``)."""
     rows = read_csv(os.path.join(out, "transfer.csv"))
     curves = read_csv(os.path.join(out, "transfer_curves.csv"))
+    by_study = curves_by_study(curves)
     sections = [tuning_table(rows, trials)]
     if any(r.get(f"retimed@{trials}") for r in rows):
         sections += [retimed_table(rows, trials), ratio_table(rows, trials)]
     if curves and rows[0].get("kind"):
-        known = trials_to_known(rows, curves, trials)
+        known = trials_to_known(rows, by_study, trials)
         sections += [known_table(rows, known, trials), goals_table(rows, known, trials)]
     if any(c.get("elapsed_s") for c in curves) and any(r["mode"] == "cold" for r in rows):
-        sections.append(wall_table(_groups(rows), curves_by_study(curves)))
+        sections.append(wall_table(_groups(rows), by_study))
     text = "\n\n".join(sections) + "\n"
     with open(os.path.join(out, "transfer_summary.md"), "w") as f:
         f.write(text)
@@ -267,15 +268,17 @@ def ratio_table(rows: list[dict], trials: int) -> str:
     return "\n".join(lines)
 
 
-def trials_to_known(rows: list[dict], curves: list[dict], trials: int) -> dict[tuple, int]:
+def trials_to_known(
+    rows: list[dict], by_study: dict[tuple, list[dict]], trials: int
+) -> dict[tuple, int]:
     """Per study (pair, cost model, mode, seed): the first trial whose best so far reaches 90 %
     of the best known for its target (the best any study of that target found), else
-    ``trials + 1``."""
+    ``trials + 1``. `by_study`: the curves per study in trial order (`curves_by_study`)."""
     targets = {r["pair"]: r["target"] for r in rows}
     known: dict[str, float] = {}
-    for c in curves:
-        target = targets[c["pair"]]
-        known[target] = max(known.get(target, 0.0), float(c["best_gflops"]))
+    for key, study in by_study.items():
+        target = targets[key[0]]
+        known[target] = max(known.get(target, 0.0), *(float(c["best_gflops"]) for c in study))
     return {
         key: next(
             (
@@ -285,7 +288,7 @@ def trials_to_known(rows: list[dict], curves: list[dict], trials: int) -> dict[t
             ),
             trials + 1,
         )
-        for key, study in curves_by_study(curves).items()
+        for key, study in by_study.items()
     }
 
 
