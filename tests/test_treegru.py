@@ -169,3 +169,55 @@ def test_cli_tunes_with_the_treegru(tmp_path):
     assert len(study.trials) == 24 and sources[16:].count("model") >= 6, sources
     system_attrs = study._storage.get_study_system_attrs(study._study_id)
     assert any("cost_model=treegru" in str(v) for v in system_attrs.values())  # the note
+
+
+def _loop_tree_rows(template, n: int, seed: int):
+    """`n` random configs of `template` as knob indices and their loop-tree rows."""
+    from tensortune.sampler.history import KnobSpace
+    from tensortune.search import random_configs
+
+    space = KnobSpace(template.knobs)
+    configs = random_configs(space.sizes, n, np.random.default_rng(seed))
+    rows = FeatureExtractor(template, "loop-tree")([space.decode(c) for c in configs])
+    return configs, rows
+
+
+def test_a_going_on_treegru_starts_afresh_once_its_sources_weigh_half_what_they_did():
+    """Source weights by the decay alone: 0.5 ** (40 / 32) = 0.42 after 40 local configs."""
+    from tensortune.sampler.history import History
+    from tensortune.sampler.proposals import fit_cost_model
+    from tensortune.sampler.settings import RoundSettings
+    from tensortune.sampler.transfer import SourceRows
+
+    template = CpuTemplate(tensortune.get_workload("matmul", M=64, N=64, K=64))
+    configs, rows = _loop_tree_rows(template, 40, 0)
+    _, source = _loop_tree_rows(template, 24, 1)
+    by_row = {tuple(c): r for c, r in zip(configs.tolist(), rows, strict=True)}
+    history = History(configs, np.arange(40.0), set(by_row), 40)
+    prior = SourceRows(source, np.linspace(0, 1, 24), np.ones(24, np.int64), ["w"], ["s"])
+    settings = RoundSettings(
+        loss="rank", acquisition="mean", n_models=1, batch_size=8, candidate_factor=2.0,
+        diversity=None, epsilon=0.0, n_chains=4, anneal_steps=10, restart_share=0.0,
+        source_weighting="decay", cost_model="treegru",
+    )  # fmt: skip
+
+    def featurize(indices: np.ndarray) -> np.ndarray:
+        return np.array([by_row[tuple(c)] for c in indices.tolist()])
+
+    def fitted(start_weight: float):
+        going_on = TreeGRUModel(n_models=1, epochs=2, warm_epochs=1, seed=0)
+        going_on.fit(source, np.linspace(0, 1, 24))
+        fit = fit_cost_model(history, featurize, settings, 0, prior, going_on, (), start_weight)
+        return going_on, fit
+
+    # Begun when the source weighed 0.8: 0.42 is more than half, the networks go on.
+    going_on, fit = fitted(0.8)
+    assert fit.model is going_on and fit.start_weight == 0.8
+    assert fit.source_weights == pytest.approx([0.5 ** (40 / 32)])
+    # Begun at full weight: fresh networks, which began at this fit's weight.
+    going_on, fit = fitted(1.0)
+    assert fit.model is not going_on and fit.model.n_fits_ == 1
+    assert fit.start_weight == pytest.approx(0.5 ** (40 / 32))
+    # Not known (a model from before this study's sources were read): it goes on from here.
+    going_on, fit = fitted(float("nan"))
+    assert fit.model is going_on and fit.start_weight == pytest.approx(0.5 ** (40 / 32))

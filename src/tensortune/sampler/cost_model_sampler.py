@@ -71,10 +71,11 @@ class CostModelSampler(BaseSampler):
         cost_model: One of `tensortune.cost_model.COST_MODELS`: ``"xgb"``
             (`tensortune.cost_model.BootstrapXGBModel`) or ``"treegru"``
             (`tensortune.cost_model.treegru.TreeGRUModel`, needs PyTorch; each round goes on
-            training the last round's networks). Default ``"xgb"``: it needs no PyTorch,
-            trains about 40× faster and ranks held-out configs of one workload as well or
-            better (``studies/cost_models.py``); the TreeGRU found faster kernels from 128
-            trials on in 256-trial studies of matmul 1024 and conv2d C7 (3 seeds,
+            training the last round's networks, but for fresh ones once the sources weigh
+            less than half what they did when those began). Default ``"xgb"``: it needs no
+            PyTorch, trains about 40× faster and ranks held-out configs of one workload as
+            well or better (``studies/cost_models.py``); the TreeGRU found faster kernels
+            from 128 trials on in 256-trial studies of matmul 1024 and conv2d C7 (3 seeds,
             ``studies/README.md``) and transfers better across operators.
         feature_set: Program features, one of `tensortune.features.FEATURE_SETS`. Default
             None: for xgb without `source_studies`, on the CPU template or MetaSchedule's
@@ -294,6 +295,8 @@ class CostModelSampler(BaseSampler):
         self._round = 0
         self._model: CostModel | None = None
         self._model_rows = 0  # finished trials the model was last fit on
+        # What the sources weighed in all when the model began training (NaN: no sources).
+        self._model_start_weight = float("nan")
         # Finished trials' encoded configs (see read_history), for the study they came from.
         self._encoded: dict[int, tuple[int, ...] | None] = {}
         self._encoded_study: tuple[int, int] | None = None
@@ -435,6 +438,7 @@ class CostModelSampler(BaseSampler):
         self._fitted_at = -1
         self._model = None
         self._model_rows = 0
+        self._model_start_weight = float("nan")
         self.warm.reset(drop=drop_sources)
         if drop_sources:
             # Go on as the cold study of this seed would, from its random state at the start.
@@ -518,6 +522,7 @@ class CostModelSampler(BaseSampler):
             judges=self._source_judges(),
             refit=refit,
             screen=screen,
+            start_weight=self._model_start_weight,
         )
         self.last_round_scored = len(result.lowered)
         if screen is not None:  # the pool only feeds a screen
@@ -526,6 +531,7 @@ class CostModelSampler(BaseSampler):
             self._model_rows = history.n_finished
         self.warm.record(result.source_weights)
         self._model = result.model
+        self._model_start_weight = result.start_weight
         self._chains = result.states
         self._fitted_at = history.n_finished
         self._round += 1

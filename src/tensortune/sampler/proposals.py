@@ -57,6 +57,7 @@ class Round:
             given, see `propose_round`'s ``refit``).
         lowered: ``(k, m)`` configs the searches scored with the model (behind a screen,
             those it let through), for the next rounds' screen.
+        start_weight: `Fit.start_weight` of the model (NaN without sources).
     """
 
     configs: np.ndarray
@@ -69,6 +70,7 @@ class Round:
     source_weights: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
     fitted: bool = True
     lowered: np.ndarray = dataclasses.field(default_factory=lambda: np.empty((0, 0), np.int64))
+    start_weight: float = float("nan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +85,8 @@ class Fit:
             empty without sources.
         source_weights: Per source workload, the weight of one of its rows next to a local
             row's 1 (`tensortune.sampler.transfer.source_weights`); empty without sources.
+        start_weight: The sources' summed weight when `model` began training (this fit's for
+            a fresh model, an earlier one's for a model that went on); NaN without sources.
     """
 
     model: CostModel
@@ -90,6 +94,7 @@ class Fit:
     targets: np.ndarray
     source_taus: np.ndarray
     source_weights: np.ndarray
+    start_weight: float = float("nan")
 
 
 def fit_cost_model(
@@ -100,10 +105,14 @@ def fit_cost_model(
     prior: SourceRows | None = None,
     model: CostModel | None = None,
     judges: Sequence[CostModel | None] = (),
+    start_weight: float = float("nan"),
 ) -> Fit:
     """The cost model fit on the measured configs and the `prior` studies' rows. A `model`
     from an earlier round is fit again (the TreeGRU goes on from its weights); default None: a
-    fresh ``settings.cost_model``.
+    fresh ``settings.cost_model``. With `prior` rows, a `model` that began training when the
+    sources weighed `start_weight` in all (default NaN: unknown, it goes on) is replaced by a
+    fresh one once they weigh less than half of that: what it learnt from them stays in its
+    weights however little their rows weigh now.
 
     Each source workload is its own rank query and its rows weigh
     `tensortune.sampler.transfer.source_weights` of a local row's weight
@@ -116,6 +125,7 @@ def fit_cost_model(
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
     X, y = features[usable], targets[usable]
+    going_on = model is not None and model.warm_start
     if model is None:
         model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
     if prior is None or not len(prior):
@@ -135,6 +145,11 @@ def fit_cost_model(
         settings.source_weighting,
         own_tau=own_tau,
     )
+    if going_on and weights.sum() < start_weight / 2:
+        model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
+        going_on = False
+    if not going_on or math.isnan(start_weight):
+        start_weight = float(weights.sum())
     row_weights = weights[prior.groups - 1]  # groups count from 1
     kept = row_weights > 0  # a source with no weight is left out, not fit at weight 0
     model.fit(
@@ -143,7 +158,7 @@ def fit_cost_model(
         groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups[kept]]),
         sample_weight=np.concatenate([np.ones(len(y)), row_weights[kept]]),
     )
-    return Fit(model, X, y, taus, weights)
+    return Fit(model, X, y, taus, weights, start_weight)
 
 
 def chain_starts(
@@ -190,6 +205,7 @@ def propose_round(
     judges: Sequence[CostModel | None] = (),
     refit: bool = True,
     screen: Screen | None = None,
+    start_weight: float = float("nan"),
 ) -> Round:
     """Fit (on the study's history and the `prior` studies' rows, weighed with `judges`, see
     `fit_cost_model`; `model`, the last round's, goes on training where it warm-starts (the
@@ -197,6 +213,9 @@ def propose_round(
     (``settings.search``: evolve from the measured best and `prior_starts`, or anneal from
     `chains` and `prior_starts`, see `chain_starts`), and select `settings.batch_size` configs
     never taken.
+
+    `start_weight` (default NaN: unknown) is what the sources weighed when `model` began
+    training, see `fit_cost_model`.
 
     With `refit` False (default True), a `model` and no `prior` rows, the round searches with
     `model` as it is: the history still gives the search its measured best and the configs it
@@ -214,11 +233,13 @@ def propose_round(
     if model is not None and not fitted:
         rows = featurize(history.configs)
         train_rows = rows[~np.isnan(rows).any(axis=1)]
-        fit = Fit(model, train_rows, np.empty(0), np.empty(0), np.empty(0))
+        fit = Fit(model, train_rows, np.empty(0), np.empty(0), np.empty(0), start_weight)
         seconds["fit"] = 0.0
     else:
         going_on = model if model is not None and model.warm_start else None
-        fit = fit_cost_model(history, featurize, settings, seed, prior, going_on, judges)
+        fit = fit_cost_model(
+            history, featurize, settings, seed, prior, going_on, judges, start_weight
+        )
         model, train_rows = fit.model, fit.rows
         seconds["fit"] = model.fit_seconds_
     seconds["features"] = time.perf_counter() - start - seconds["fit"]
@@ -259,6 +280,7 @@ def propose_round(
     return dataclasses.replace(
         found,
         source_weights=fit.source_weights,
+        start_weight=fit.start_weight,
         fitted=fitted,
         lowered=np.vstack(lowered) if lowered else np.empty((0, len(sizes)), np.int64),
     )
