@@ -224,8 +224,7 @@ def propose_round(
 
     With a `screen` (default None: every candidate scored), each search step scores with the
     model only the share of its candidates that a knob-feature model of the model's scores
-    ranks best and a few it ruled out, drawn at random (`tensortune.sampler.screening`), once
-    the screen's pool is large enough."""
+    ranks best (`tensortune.sampler.screening`), once the screen's pool is large enough."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
@@ -261,9 +260,7 @@ def propose_round(
     lowered: list[np.ndarray] = []
     start = time.perf_counter()
     cheap = fit_screen(screen, model_score, seed) if screen is not None else None
-    # Its own generator: the explored share leaves the search's random draws as they were.
-    screen_rng = np.random.default_rng(seed)
-    score = screened(model_score, cheap, screen.share if screen else 1.0, lowered, screen_rng)
+    score = screened(model_score, cheap, screen.share if screen else 1.0, lowered)
     seconds["screen"] = time.perf_counter() - start
     start = time.perf_counter()
     b = settings.batch_size

@@ -37,12 +37,6 @@ POOL_SIZE = 4096
 #: Fewest candidates of one call that are lowered: a small call (the seeds, a crowded
 #: explore step) costs little, and screening it would only add the screen's errors.
 MIN_LOWERED = 32
-#: Share of a screened call's lowered configs drawn at random from those the screen ruled out:
-#: a screen learnt from earlier rounds' pool knows only where those rounds searched, and one
-#: that always decides confines the search there (from an unrelated source, screened warm
-#: studies re-timed 0.81x [0.68, 0.97] the unscreened ones at 64 trials,
-#: ``studies/results/transfer-screen-depthwise-to-matmul-10seeds``).
-EXPLORE_SHARE = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,19 +75,10 @@ def fit_screen(screen: Screen, score: Score, seed: int) -> Score | None:
     return predict
 
 
-def screened(
-    score: Score,
-    cheap: Score | None,
-    share: float,
-    lowered: list[np.ndarray],
-    rng: np.random.Generator | None = None,
-    explore: float = EXPLORE_SHARE,
-) -> Score:
-    """`score` behind the screen `cheap`: of each call's configs, only a `share` (at least
-    `MIN_LOWERED`, or all of a smaller call) are scored by `score`; the rest score -inf, so that
-    a search never keeps them. Of those scored, the share `explore` (default `EXPLORE_SHARE`) is
-    drawn with `rng` from the configs below the rest, which are the best by `cheap`; with
-    `rng` None (default), all are the best by `cheap`. No screen (`cheap` None): all are scored.
+def screened(score: Score, cheap: Score | None, share: float, lowered: list[np.ndarray]) -> Score:
+    """`score` behind the screen `cheap`: of each call's configs, only the best `share` by
+    `cheap` (at least `MIN_LOWERED`, or all of a smaller call) are scored by `score`; the rest
+    score -inf, so that a search never keeps them. No screen (`cheap` None): all are scored.
     The configs scored are appended to `lowered`, for the next rounds' pool."""
 
     def score_screened(configs: np.ndarray) -> np.ndarray:
@@ -103,11 +88,7 @@ def screened(
             lowered.append(configs)
             return score(configs)
         # Ties broken by position, so a seed gives the same round every run.
-        order = np.argsort(-cheap(configs), kind="stable")
-        n_random = int(explore * keep) if rng is not None else 0
-        best = order[: keep - n_random]
-        if n_random:
-            best = np.concatenate([best, rng.choice(order[keep - n_random :], n_random, False)])
+        best = np.argsort(-cheap(configs), kind="stable")[:keep]
         out = np.full(n, -np.inf)
         out[best] = score(configs[best])
         lowered.append(configs[best])
