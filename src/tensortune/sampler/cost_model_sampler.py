@@ -181,7 +181,8 @@ class CostModelSampler(BaseSampler):
             with it against 2.48x without, and found as fast kernels (re-timed, 0.96-1.09x at
             16-128 trials; ``studies/README.md``, transfer). From an unrelated source
             (depthwise -> matmul, 10 seeds) it tied cold but was 0.81x [0.68, 0.97] the
-            unscreened warm start at 64 trials. 1 lowers every candidate.
+            unscreened warm start at 64 trials, and 0.81x again in a later run of 5 seeds; on
+            that matmul target it saves no time. 1 lowers every candidate.
         feature_processes: Processes that lower a round's candidates for program features,
             this one included (`tensortune.features.FeatureExtractor`'s ``processes``; the
             others are worker processes the whole process shares, started on first use).
