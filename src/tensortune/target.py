@@ -34,10 +34,49 @@ def host_cpu() -> str:
     return str(codegen.llvm_get_system_cpu())
 
 
+def host_missing_features(mcpu: str, cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """LLVM ``mattr`` entries (``"-avx512f"``, ...) turning off the vector instruction sets the
+    CPU named `mcpu` has but this machine does not offer, per the ``flags`` line of `cpuinfo`
+    (default ``"/proc/cpuinfo"``, Linux's own).
+
+    LLVM names the host CPU by its model, and a hypervisor may hide some of its sets: a Zen 4
+    guest without AVX-512 is still ``znver4``, and kernels built for that name alone die of an
+    illegal instruction. Empty where nothing is missing or where `cpuinfo` cannot be read.
+    """
+    from tvm.target import Target, codegen
+
+    try:
+        with open(cpuinfo) as lines:
+            flags = next((line for line in lines if line.startswith("flags")), "")
+    except OSError:
+        return []
+    offered = {_feature_key(flag) for flag in flags.partition(":")[2].split()}
+    if not offered:
+        return []
+    implied = codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": mcpu}))
+    return sorted(
+        f"-{name}"
+        for name in map(str, implied)
+        if name.startswith(_VECTOR_FEATURE_PREFIXES) and "." not in name
+        and _feature_key(name) not in offered
+    )  # fmt: skip
+
+
+# Instruction sets a hypervisor may hide. LLVM's ``avx10.*`` have no spelling in
+# /proc/cpuinfo to compare with, so they are left alone.
+_VECTOR_FEATURE_PREFIXES = ("avx", "amx", "fma", "f16c")
+
+
+def _feature_key(name: str) -> str:
+    """A feature's name as both LLVM (``avx512vnni``) and Linux (``avx512_vnni``) spell it."""
+    return name.replace("_", "").replace("-", "").lower()
+
+
 def target_spec(text: str | dict[str, Any] | None = "llvm") -> dict[str, Any]:
     """Parse a target description into a TVM target dict, filling in host details for llvm.
 
-    Accepts ``"llvm"`` (this machine: its CPU and core count), a dict or JSON object such as
+    Accepts ``"llvm"`` (this machine: its CPU, less any vector instruction set the machine does
+    not offer (`host_missing_features`), and its core count), a dict or JSON object such as
     ``{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 8}``, or the pre-0.27 flag form
     ``"llvm -mcpu=znver4 -num-cores=2"``. ``"cuda"`` takes the ``arch`` of this machine's first
     GPU (``nvidia-smi``); give it, e.g. ``{"kind": "cuda", "arch": "sm_90"}``, where there is
@@ -68,7 +107,11 @@ def target_spec(text: str | dict[str, Any] | None = "llvm") -> dict[str, Any]:
             + ", ".join(SUPPORTED_KINDS)
         )
     if kind == "llvm":
-        spec.setdefault("mcpu", host_cpu())
+        if "mcpu" not in spec:
+            spec["mcpu"] = host_cpu()
+            missing = host_missing_features(spec["mcpu"])
+            if missing and "mattr" not in spec:
+                spec["mattr"] = missing
         spec.setdefault("num-cores", host_cores())
     if kind == "cuda" and "arch" not in spec:
         arch = host_gpu_arch()

@@ -39,10 +39,10 @@ class PerStoreExtractor:
         import tvm
         from tvm.s_tir import meta_schedule as ms
 
-        from tensortune.target import host_cores, host_cpu
+        from tensortune.target import target_spec
 
         func = self.workload.prim_func()
-        spec = self.target or {"kind": "llvm", "mcpu": host_cpu(), "num-cores": host_cores()}
+        spec = self.target or target_spec("llvm")
         target = spec if isinstance(spec, tvm.target.Target) else tvm.target.Target(spec)
         args = ms.arg_info.ArgInfo.from_prim_func(func)
         return _bare_context(func, target), args, ms.feature_extractor.PerStoreFeature()
