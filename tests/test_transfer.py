@@ -12,6 +12,7 @@ import pytest
 import tensortune
 from tensortune import MeasureSettings, TensortuneError
 from tensortune.cli import main
+from tensortune.dashboard import model_restart_rounds, source_weights_figure
 from tensortune.sampler import CostModelSampler
 from tensortune.storage import create_study, open_storage
 from tensortune.target import target_spec
@@ -96,6 +97,27 @@ def test_treegru_warm_starts_from_loop_trees_of_another_shape(
     assert kinds[0] == "model" and set(kinds) <= {"model", "explore", "random", "startup"}, kinds
     failed = [(t.number, t.user_attrs.get("error")) for t in study.trials if not t.value]
     assert not failed, failed
+
+
+@pytest.mark.slow
+def test_a_treegru_whose_source_fades_begins_fresh_networks_and_the_dashboard_marks_it(
+    source_url, storage_url, fast_settings
+):
+    """A source that halves every 2 trials weighs 1 in the first round and 0.25 in the next,
+    under half what it weighed when the networks began: the second round starts afresh."""
+    sampler = CostModelSampler(
+        cost_model="treegru", source_studies=[_prior(source_url)], seed=0, n_startup_trials=0,
+        batch_size=4, source_half_life=2.0, source_weighting="decay",
+    )  # fmt: skip
+    study = tensortune.tune(
+        "matmul", shape=TARGET, n_trials=12, storage=storage_url, study_name="treegru-fades",
+        sampler=sampler, batch_size=4, show_progress=False,
+        settings=dataclasses.replace(fast_settings, build_timeout=600.0),  # as above
+    )  # fmt: skip
+    restarts = model_restart_rounds(study)
+    assert restarts and 0 not in restarts, restarts  # the first round had nothing to go on from
+    figure = source_weights_figure(study)
+    assert figure is not None and len(figure.layout.shapes) == len(restarts)
 
 
 @pytest.mark.slow

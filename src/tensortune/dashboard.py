@@ -82,9 +82,24 @@ def source_weight_rounds(study: optuna.Study) -> dict[str, list[tuple[int, float
     return {key: sorted(history.items()) for key, history in rounds.items()}
 
 
+def model_restart_rounds(study: optuna.Study) -> list[int]:
+    """The model rounds of a `tensortune.CostModelSampler` that began fresh networks in place
+    of ones that had gone on from earlier rounds (a TreeGRU whose sources had faded), read
+    from its trials' ``tensortune:proposal`` attrs; empty where none did."""
+    from tensortune.trial_records import PROPOSAL_ATTR
+
+    rounds = set()
+    for trial in study.get_trials(deepcopy=False):
+        proposal = trial.system_attrs.get(PROPOSAL_ATTR) or {}
+        if proposal.get("model_restarted"):
+            rounds.add(int(proposal.get("round", 0)))
+    return sorted(rounds)
+
+
 def source_weights_figure(study: optuna.Study) -> go.Figure | None:
-    """The weight of each source workload's rows per model round (`source_weight_rounds`);
-    None for a study without them."""
+    """The weight of each source workload's rows per model round (`source_weight_rounds`),
+    with a dotted line at each round that began fresh networks (`model_restart_rounds`); None
+    for a study without source weights."""
     rounds = source_weight_rounds(study)
     if not rounds:
         return None
@@ -93,6 +108,8 @@ def source_weights_figure(study: optuna.Study) -> go.Figure | None:
     figure = go.Figure()
     for key, history in rounds.items():
         figure.add_trace(go.Scatter(x=[r for r, _ in history], y=[w for _, w in history], name=key))
+    for restart in model_restart_rounds(study):
+        figure.add_vline(x=restart, line_dash="dot", annotation_text="fresh networks")
     figure.update_layout(
         title="weight of a source row next to a study row's 1, per model round",
         xaxis_title="model round",

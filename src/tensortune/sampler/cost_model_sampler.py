@@ -306,6 +306,9 @@ class CostModelSampler(BaseSampler):
         #: Configs the last model round's searches scored with the model (lowered through TVM
         #: unless its features are knob features), screened ones left out.
         self.last_round_scored = 0
+        #: Whether the last model round replaced a model that went on from earlier rounds (a
+        #: TreeGRU whose sources had faded, see `fit_cost_model`) with fresh networks.
+        self.last_round_restarted = False
 
     @property
     def source_studies(self) -> list[optuna.Study] | str:
@@ -360,6 +363,8 @@ class CostModelSampler(BaseSampler):
                     proposal["score"] = round(float(score), 4)
                 if self.last_source_weights:  # those of the last round, by source workload
                     proposal["source_weights"] = self.last_source_weights
+                if self.last_round_restarted:
+                    proposal["model_restarted"] = True
                 claim_config(study, trial, config, proposal)
                 if not claimed_by_another(study, trial, config):
                     break
@@ -510,6 +515,7 @@ class CostModelSampler(BaseSampler):
                 return extractor.knob.from_indices(configs)
             return extractor([space.decode(row) for row in configs])
 
+        previous = self._model
         result = propose_round(
             history,
             featurize,
@@ -531,6 +537,9 @@ class CostModelSampler(BaseSampler):
         if result.fitted:
             self._model_rows = history.n_finished
         self.warm.record(result.source_weights)
+        self.last_round_restarted = bool(
+            previous is not None and previous.warm_start and result.model is not previous
+        )
         self._model = result.model
         self._model_start_weight = result.start_weight
         self._chains = result.states
