@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     import plotly.graph_objects as go
 
@@ -68,15 +68,20 @@ def study_note(study: optuna.Study, sampler: optuna.samplers.BaseSampler) -> str
     return "\n".join(lines) + "\n"
 
 
+def _proposals(study: optuna.Study) -> Iterator[dict[str, Any]]:
+    """Each trial's ``tensortune:proposal`` attr (empty for a trial without one)."""
+    from tensortune.trial_records import PROPOSAL_ATTR
+
+    for trial in study.get_trials(deepcopy=False):
+        yield trial.system_attrs.get(PROPOSAL_ATTR) or {}
+
+
 def source_weight_rounds(study: optuna.Study) -> dict[str, list[tuple[int, float]]]:
     """Per source workload, ``(round, weight)`` of each model round of a warm-started
     `tensortune.CostModelSampler`, read from its trials' ``tensortune:proposal`` attrs; empty
     for a cold study or another sampler."""
-    from tensortune.trial_records import PROPOSAL_ATTR
-
     rounds: dict[str, dict[int, float]] = {}
-    for trial in study.get_trials(deepcopy=False):
-        proposal = trial.system_attrs.get(PROPOSAL_ATTR) or {}
+    for proposal in _proposals(study):
         for key, weight in (proposal.get("source_weights") or {}).items():
             rounds.setdefault(key, {})[int(proposal.get("round", 0))] = float(weight)
     return {key: sorted(history.items()) for key, history in rounds.items()}
@@ -86,14 +91,8 @@ def model_restart_rounds(study: optuna.Study) -> list[int]:
     """The model rounds of a `tensortune.CostModelSampler` that began fresh networks in place
     of ones that had gone on from earlier rounds (a TreeGRU whose sources had faded), read
     from its trials' ``tensortune:proposal`` attrs; empty where none did."""
-    from tensortune.trial_records import PROPOSAL_ATTR
-
-    rounds = set()
-    for trial in study.get_trials(deepcopy=False):
-        proposal = trial.system_attrs.get(PROPOSAL_ATTR) or {}
-        if proposal.get("model_restarted"):
-            rounds.add(int(proposal.get("round", 0)))
-    return sorted(rounds)
+    restarted = {int(p.get("round", 0)) for p in _proposals(study) if p.get("model_restarted")}
+    return sorted(restarted)
 
 
 def source_weights_figure(study: optuna.Study) -> go.Figure | None:
