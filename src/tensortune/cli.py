@@ -364,20 +364,43 @@ def _report_interrupt() -> None:
 
 def _note_interrupts(seen: list[int]) -> Callable[[], None]:
     """Make SIGINT append to `seen` before raising `KeyboardInterrupt` as usual; returns what
-    restores the previous handler. Only the main thread can; elsewhere nothing is noted."""
+    restores the previous handlers. Only the main thread can; elsewhere nothing is noted.
+
+    A SIGINT that lands while a finalizer or weakref callback runs (the garbage collector
+    calls them between any two bytecodes) raises there, and Python drops exceptions raised
+    there, printing "Exception ignored" with a traceback: the Ctrl-C would be lost and the
+    run go on. Such a dropped interrupt is delivered again, once the callback has returned,
+    and nothing is printed of it."""
+    import _thread
     import signal
+    import threading
+    import time
 
     def on_sigint(signum: int, frame: Any) -> None:
         seen.append(signum)
         raise KeyboardInterrupt
 
+    def on_unraisable(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # Not from here: the callback is still on the stack. A thread raises it anew.
+            threading.Thread(target=_redeliver, daemon=True).start()
+            return
+        old_hook(unraisable)
+
+    def _redeliver() -> None:
+        time.sleep(0.01)
+        _thread.interrupt_main(signal.SIGINT)
+
     try:
         old = signal.signal(signal.SIGINT, on_sigint)
     except ValueError:  # not the main thread
         return lambda: None
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = on_unraisable
 
     def restore() -> None:
         signal.signal(signal.SIGINT, old)
+        sys.unraisablehook = old_hook
 
     return restore
 
