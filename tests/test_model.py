@@ -97,6 +97,12 @@ def test_tasks_are_the_fused_functions_named_by_their_structure(onnx_file):
     for task in tasks:
         func = task.workload().prim_func()
         assert tvm_ffi.structural_equal(func, s_tir.Schedule(func).mod["main"])
+    # The scheduler compares tasks of one kind by FLOP/s: each counts its multiply-adds.
+    conv = next(t for t in tasks if t.name.startswith("fused_conv2d"))
+    matmul = next(t for t in tasks if t.name.startswith("fused_matmul"))
+    assert (conv.kind, matmul.kind) == ("conv2d", "matmul")
+    assert conv.flops == 2 * 8 * 8 * 8 * 3 * 3 * 3
+    assert matmul.flops == 2 * 10 * 8 * 8 * 8
 
 
 @pytest.mark.slow

@@ -11,6 +11,8 @@ the same study.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from typing import TYPE_CHECKING, Any
 
 from tensortune.errors import TensortuneError, last_line
@@ -35,6 +37,18 @@ class ModelTask:
     key: str
     weight: int
     script: str
+
+    @property
+    def kind(self) -> str:
+        """Its leading operator, e.g. ``conv2d`` for ``fused_conv2d9_add7_relu4``: tasks of one
+        kind are expected to reach alike FLOP/s (see `tensortune.model.scheduler`)."""
+        head = self.name.removeprefix("fused_").split("_", 1)[0]
+        return re.sub(r"\d+$", "", head) or head
+
+    @functools.cached_property
+    def flops(self) -> float:
+        """Floating-point operations of one call (its workload's ``flop_count``)."""
+        return self.workload().flop_count
 
     @property
     def workload_name(self) -> str:
