@@ -212,12 +212,13 @@ def test_a_going_on_treegru_starts_afresh_once_its_sources_weigh_half_what_they_
 
     # Begun when the source weighed 0.8: 0.42 is more than half, the networks go on.
     going_on, fit = fitted(0.8)
-    assert fit.model is going_on and fit.start_weight == 0.8
+    assert fit.model is going_on and fit.start_weight == 0.8 and not fit.restarted
     assert fit.source_weights == pytest.approx([0.5 ** (40 / 32)])
     # Begun at full weight: fresh networks, which began at this fit's weight.
     going_on, fit = fitted(1.0)
-    assert fit.model is not going_on and fit.model.n_fits_ == 1
+    assert fit.model is not going_on and fit.model.n_fits_ == 1 and fit.restarted
     assert fit.start_weight == pytest.approx(0.5 ** (40 / 32))
     # Not known (a model from before this study's sources were read): it goes on from here.
     going_on, fit = fitted(float("nan"))
     assert fit.model is going_on and fit.start_weight == pytest.approx(0.5 ** (40 / 32))
+    assert not fit.restarted

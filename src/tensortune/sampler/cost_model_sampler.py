@@ -515,7 +515,6 @@ class CostModelSampler(BaseSampler):
                 return extractor.knob.from_indices(configs)
             return extractor([space.decode(row) for row in configs])
 
-        previous = self._model
         result = propose_round(
             history,
             featurize,
@@ -537,9 +536,7 @@ class CostModelSampler(BaseSampler):
         if result.fitted:
             self._model_rows = history.n_finished
         self.warm.record(result.source_weights)
-        self.last_round_restarted = bool(
-            previous is not None and previous.warm_start and result.model is not previous
-        )
+        self.last_round_restarted = result.restarted
         self._model = result.model
         self._model_start_weight = result.start_weight
         self._chains = result.states

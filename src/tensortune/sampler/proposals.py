@@ -58,6 +58,7 @@ class Round:
         lowered: ``(k, m)`` configs the searches scored with the model (behind a screen,
             those it let through), for the next rounds' screen.
         start_weight: `Fit.start_weight` of the model (NaN without sources).
+        restarted: `Fit.restarted` of the round's fit.
     """
 
     configs: np.ndarray
@@ -71,6 +72,7 @@ class Round:
     fitted: bool = True
     lowered: np.ndarray = dataclasses.field(default_factory=lambda: np.empty((0, 0), np.int64))
     start_weight: float = float("nan")
+    restarted: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Fit:
             row's 1 (`tensortune.sampler.transfer.source_weights`); empty without sources.
         start_weight: The sources' summed weight when `model` began training (this fit's for
             a fresh model, an earlier one's for a model that went on); NaN without sources.
+        restarted: Whether a model that would have gone on training was replaced by a fresh
+            one because its sources faded (see `fit_cost_model`). Default False.
     """
 
     model: CostModel
@@ -95,6 +99,7 @@ class Fit:
     source_taus: np.ndarray
     source_weights: np.ndarray
     start_weight: float = float("nan")
+    restarted: bool = False
 
 
 def fit_cost_model(
@@ -145,7 +150,8 @@ def fit_cost_model(
         settings.source_weighting,
         own_tau=own_tau,
     )
-    if going_on and weights.sum() < start_weight / 2:
+    restarted = going_on and weights.sum() < start_weight / 2
+    if restarted:
         model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
         going_on = False
     if not going_on or math.isnan(start_weight):
@@ -158,7 +164,7 @@ def fit_cost_model(
         groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups[kept]]),
         sample_weight=np.concatenate([np.ones(len(y)), row_weights[kept]]),
     )
-    return Fit(model, X, y, taus, weights, start_weight)
+    return Fit(model, X, y, taus, weights, start_weight, restarted)
 
 
 def chain_starts(
@@ -278,6 +284,7 @@ def propose_round(
         found,
         source_weights=fit.source_weights,
         start_weight=fit.start_weight,
+        restarted=fit.restarted,
         fitted=fitted,
         lowered=np.vstack(lowered) if lowered else np.empty((0, len(sizes)), np.int64),
     )
