@@ -316,18 +316,22 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # (--prepack-weights) tuned with each weight packed once at build time, as ONNX Runtime
     # does, and (--winograd) with Winograd convolutions (packed too with both flags): other
     # tasks, so studies of their own.
-    variants = {"tensortune": (storage, None, NO_REWRITES)}
+    # (--warm-start-tasks) each task warm-started from the model's tasks of its kind.
+    variants = {"tensortune": (storage, None, NO_REWRITES, False)}
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
-        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True), NO_REWRITES)
+        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True), NO_REWRITES, False)
     if args.prepack_weights:
         packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
-        variants["tensortune-prepacked"] = (packed, None, Rewrites(prepack_weights=True))
+        variants["tensortune-prepacked"] = (packed, None, Rewrites(prepack_weights=True), False)
     if args.winograd:
         system = "tensortune-winograd" + ("-prepacked" if args.prepack_weights else "")
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
-        variants[system] = (url, None, Rewrites(args.prepack_weights, winograd=True))
-    for system, (url, settings, rewrites) in variants.items():
+        variants[system] = (url, None, Rewrites(args.prepack_weights, winograd=True), False)
+    if args.warm_start_tasks:
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-warm.db')}"
+        variants["tensortune-warm"] = (url, None, NO_REWRITES, True)
+    for system, (url, settings, rewrites, warm) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
             key = f"{system}@{budget}"
@@ -335,6 +339,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             tuned_model = tune_model(
                 program, budget, target, storage=url, seed=args.seed, settings=settings,
                 prepack_weights=rewrites.prepack_weights, winograd=rewrites.winograd,
+                warm_start=warm,
             )  # fmt: skip
             if system == "tensortune":  # the per-task rows and the profile are of this one
                 tuning = tuned_model
@@ -351,8 +356,8 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     if args.metaschedule:
         peers = {
             system.replace("tensortune", "metaschedule"): rewrites
-            for system, (_, settings, rewrites) in variants.items()
-            if settings is None
+            for system, (_, settings, rewrites, warm) in variants.items()
+            if settings is None and not warm
         }
     for system, rewrites in peers.items():
         work_dir = os.path.join(args.work, f"{name}-ms{system.removeprefix('metaschedule')}")
@@ -507,6 +512,9 @@ def main() -> None:
     parser.add_argument("--winograd", action="store_true",
                         help="also ours tuned with Winograd convolutions (tune_model's "
                         "winograd; with --prepack-weights, packed too)")  # fmt: skip
+    parser.add_argument("--warm-start-tasks", action="store_true",
+                        help="also ours with each task warm-started from the model's tasks of "
+                        "its kind (tune_model's warm_start)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip
@@ -536,6 +544,7 @@ def main() -> None:
         runs = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
         runs += "-prepacked" if args.prepack_weights else ""
         runs += "-winograd" if args.winograd else ""
+        runs += "-warm" if args.warm_start_tasks else ""
         done = os.path.join(args.work, f"{name}-results-{runs}.json")
         if os.path.exists(done):
             with open(done) as f:

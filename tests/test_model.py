@@ -28,6 +28,7 @@ from tensortune.model import (  # noqa: E402
 )
 from tensortune.model.tasks import extract_tasks  # noqa: E402
 from tensortune.target import make_target, target_spec  # noqa: E402
+from tensortune.trial_records import PROPOSAL_ATTR  # noqa: E402
 
 
 class SmallNet(torch.nn.Module):
@@ -148,6 +149,45 @@ def test_a_tuned_model_is_built_with_its_kernels_and_computes_what_onnxruntime_d
     for study in studies:
         configs = [tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False)]
         assert len(configs) == len(set(configs))
+
+
+class TwoConvs(torch.nn.Module):
+    """Two convolutions of other shapes: two tasks of one kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.second = torch.nn.Conv2d(8, 16, 3, padding=1)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return self.second(torch.relu(self.first(x)))
+
+
+@pytest.mark.slow
+def test_warm_started_tasks_learn_from_their_kind_and_the_model_still_matches(tmp_path):
+    torch.manual_seed(0)
+    program = from_torch(TwoConvs().eval(), (torch.randn(1, 3, 8, 8),), name="two-convs")
+    storage = f"sqlite:///{tmp_path / 'model.db'}"
+    with pytest.raises(TensortuneError, match="costmodel sampler"):
+        tune_model(program, 8, storage=storage, sampler="random", warm_start=True)
+    assert not (tmp_path / "model.db").exists()  # refused before anything was written
+    tuning = tune_model(
+        program, 16, storage=storage, batch_size=4, progress=lambda line: None, warm_start=True
+    )
+    studies = [s for s in tuning.studies if s is not None]
+    assert len(studies) == 2 and all(t.kind == "conv2d" for t in tuning.tasks)
+    # The task tuned first had no measured kin then; once both had a batch, each batch of
+    # either learnt from the other, and the study says so.
+    for study, other in ((studies[0], studies[1]), (studies[1], studies[0])):
+        assert study.user_attrs.get("transfer_sources") == [other.study_name]
+        proposals = [t.system_attrs.get(PROPOSAL_ATTR) or {} for t in study.trials]
+        assert any(
+            other.study_name.split("@")[0] in str(p.get("source_weights")) for p in proposals
+        )
+    x = program.inputs[0].random(np.random.default_rng(0))
+    folder = str(tmp_path / "db")
+    write_database(tuning.tasks, tuning.studies, tuning.target, folder)
+    check_outputs(run(build(program, tuning.target, folder), [x]), program.reference([x]))
 
 
 def test_a_torch_module_is_checked_against_its_eager_run():

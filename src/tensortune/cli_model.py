@@ -33,6 +33,12 @@ def add_model_commands(sub: Any) -> None:
     tune.add_argument("--seed", type=int, default=0, help="each task sampler's seed (default 0)")
     tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
     tune.add_argument(
+        "--warm-start-tasks",
+        action="store_true",
+        help="warm-start each task's cost model from the model's tasks of its kind already "
+        "measured (costmodel sampler; default: each task learns from its own trials alone)",
+    )
+    tune.add_argument(
         "-o", "--output", default=None, help="folder to export to (default: MODEL-tuned)"
     )
     best = sub.add_parser("best-model", help="print where a model's task studies stand")
@@ -93,7 +99,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,
-        winograd=args.winograd,
+        winograd=args.winograd, warm_start=args.warm_start_tasks,
     )  # fmt: skip
     _export(tuning, output)
 

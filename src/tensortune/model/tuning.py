@@ -106,6 +106,7 @@ def tune_model(
     settings: MeasureSettings | None = None,
     prepack_weights: bool = False,
     winograd: bool = False,
+    warm_start: bool = False,
 ) -> ModelTuning:
     """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
     all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
@@ -129,11 +130,19 @@ def tune_model(
             weights) as Winograd F(4x4, 3x3) convolutions, whose weights are transformed once
             at build time (`tensortune.model.winograd`; CPU targets only). Other tasks, so
             other studies, as with `prepack_weights`. Default False.
+        warm_start: Warm-start each batch's cost model from the studies of the model's
+            other tasks of the same kind (`tensortune.model.tasks.ModelTask.kind`) that have
+            a measured kernel, up to `tensortune.sampler.transfer.AUTO_SOURCES` of them,
+            nearest program first (`kin_sources`), as ``--transfer-from`` does for one
+            operator. The ``costmodel`` sampler only. Default False: each task learns from
+            its own trials alone.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
     if batch_size < 1:
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
+    if warm_start and sampler != "costmodel":
+        raise TensortuneError(f"warm-starting tasks needs the costmodel sampler, not {sampler}")
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     tuning = model_tuning(
         program, target, storage, create=True, prepack_weights=prepack_weights, winograd=winograd
@@ -151,7 +160,9 @@ def tune_model(
     # per task held three processes of ~300 MB each per task, 54 for ResNet-18's 18 tasks.
     if any(tuning.tunable):
         with Measurer(tuning.templates[0], tuning.target, settings) as measurer:
-            _tune_batches(tuning, total_trials, storage, sampler, seed, batch_size, say, measurer)
+            _tune_batches(
+                tuning, total_trials, storage, sampler, seed, batch_size, say, measurer, warm_start
+            )
     _fail_stale(tuning)
     return tuning
 
@@ -175,8 +186,9 @@ def _tune_batches(
     batch_size: int,
     say: Callable[[str], None],
     measurer: Measurer,
+    warm_start: bool,
 ) -> None:
-    from tensortune.tuning import tune
+    from tensortune.tuning import make_sampler, tune
 
     tasks, studies, names, spec = tuning.tasks, tuning.studies, tuning.study_names, tuning.target
     indices = [i for i, knobs in enumerate(tuning.tunable) if knobs]
@@ -189,12 +201,16 @@ def _tune_batches(
         task = tasks[pick]
         count = min(batch_size, total_trials - done)
         before = states[indices.index(pick)].trials
+        sources = kin_sources(tuning, pick, states, indices) if warm_start else []
+        chosen: Any = sampler
+        if sources:  # a sampler object of its own only then: the study note names its sources
+            chosen = make_sampler(sampler, seed, batch_size=batch_size, source_studies=sources)
         studies[pick] = tune(
             task.workload(),
             spec,
             storage=storage,
             study_name=names[pick],
-            sampler=sampler,
+            sampler=chosen,
             seed=seed,
             batch_size=batch_size,
             show_progress=False,
@@ -211,6 +227,26 @@ def _tune_batches(
             f"[{done + count}/{total_trials}] {task.name} (x{task.weight}): "
             f"best {picked.best * 1e6:.1f} us; model estimate {shown}"
         )
+
+
+def kin_sources(
+    tuning: ModelTuning, pick: int, states: list[TaskState], indices: list[int]
+) -> list[optuna.Study]:
+    """The studies task `pick` warm-starts from: those of the other tasks of its kind with a
+    measured kernel (`states`, of the tasks at `indices`), nearest program first
+    (`tensortune.sampler.transfer.program_distance`), up to
+    `tensortune.sampler.transfer.AUTO_SOURCES`."""
+    from tensortune.sampler.transfer import AUTO_SOURCES, program_distance
+
+    task = tuning.tasks[pick]
+    kin = [
+        i
+        for i, state in zip(indices, states, strict=True)
+        if i != pick and tuning.tasks[i].kind == task.kind and math.isfinite(state.best)
+    ]
+    mine = task.workload()
+    kin.sort(key=lambda i: program_distance(mine, tuning.tasks[i].workload()))
+    return [study for i in kin[:AUTO_SOURCES] if (study := tuning.studies[i]) is not None]
 
 
 class _TaskMeasurer:
