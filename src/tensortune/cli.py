@@ -373,7 +373,6 @@ def _note_interrupts(seen: list[int]) -> Callable[[], None]:
     and nothing is printed of it."""
     import _thread
     import signal
-    import threading
     import time
 
     def on_sigint(signum: int, frame: Any) -> None:
@@ -382,8 +381,10 @@ def _note_interrupts(seen: list[int]) -> Callable[[], None]:
 
     def on_unraisable(unraisable: Any) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            # Not from here: the callback is still on the stack. A thread raises it anew.
-            threading.Thread(target=_redeliver, daemon=True).start()
+            # Not from here: the callback is still on the stack. A thread raises it anew,
+            # started by `_thread`, whose start takes none of the locks of `threading` that
+            # the code the collector interrupted may hold.
+            _thread.start_new_thread(_redeliver, ())
             return
         old_hook(unraisable)
 
