@@ -150,7 +150,7 @@ def fit_cost_model(
         settings.source_weighting,
         own_tau=own_tau,
     )
-    restarted = going_on and weights.sum() < start_weight / 2
+    restarted = bool(going_on and weights.sum() < start_weight / 2)
     if restarted:
         model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
         going_on = False
