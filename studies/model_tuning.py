@@ -39,7 +39,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import model_zoo
 import numpy as np
@@ -294,6 +294,15 @@ class Ledger:
         os.replace(self.path + ".tmp", self.path)
 
 
+class Arm(NamedTuple):
+    """One arm of ours: its task studies, timing, rewrites and whether tasks warm-start."""
+
+    storage: str
+    settings: MeasureSettings | None = None
+    rewrites: Rewrites = NO_REWRITES
+    warm_start: bool = False
+
+
 def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[list, list]:
     net, example = model_zoo.model(name)
     print(f"{name}: {model_zoo.describe(net)}", flush=True)
@@ -317,20 +326,20 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # does, and (--winograd) with Winograd convolutions (packed too with both flags): other
     # tasks, so studies of their own.
     # (--warm-start-tasks) each task warm-started from the model's tasks of its kind.
-    variants = {"tensortune": (storage, None, NO_REWRITES, False)}
+    variants = {"tensortune": Arm(storage)}
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
-        variants["tensortune-cold"] = (cold, MeasureSettings(flush_cache=True), NO_REWRITES, False)
+        variants["tensortune-cold"] = Arm(cold, MeasureSettings(flush_cache=True))
     if args.prepack_weights:
         packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
-        variants["tensortune-prepacked"] = (packed, None, Rewrites(prepack_weights=True), False)
+        variants["tensortune-prepacked"] = Arm(packed, rewrites=Rewrites(prepack_weights=True))
     if args.winograd:
         system = "tensortune-winograd" + ("-prepacked" if args.prepack_weights else "")
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
-        variants[system] = (url, None, Rewrites(args.prepack_weights, winograd=True), False)
+        variants[system] = Arm(url, rewrites=Rewrites(args.prepack_weights, winograd=True))
     if args.warm_start_tasks:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-warm.db')}"
-        variants["tensortune-warm"] = (url, None, NO_REWRITES, True)
+        variants["tensortune-warm"] = Arm(url, warm_start=True)
     for system, (url, settings, rewrites, warm) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
@@ -355,9 +364,9 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     peers: dict[str, Rewrites] = {}
     if args.metaschedule:
         peers = {
-            system.replace("tensortune", "metaschedule"): rewrites
-            for system, (_, settings, rewrites, warm) in variants.items()
-            if settings is None and not warm
+            system.replace("tensortune", "metaschedule"): arm.rewrites
+            for system, arm in variants.items()
+            if arm.settings is None and not arm.warm_start
         }
     for system, rewrites in peers.items():
         work_dir = os.path.join(args.work, f"{name}-ms{system.removeprefix('metaschedule')}")
