@@ -12,7 +12,9 @@ from optuna.distributions import CategoricalDistribution
 
 import tensortune
 from tensortune.cli import main
+from tensortune.cost_model import make_cost_model
 from tensortune.dashboard import source_weight_rounds, study_note
+from tensortune.features import FeatureExtractor
 from tensortune.sampler import CostModelSampler
 from tensortune.sampler.history import KnobSpace
 from tensortune.sampler.transfer import (
@@ -25,6 +27,7 @@ from tensortune.sampler.transfer import (
     source_weight,
     source_weights,
 )
+from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import space_filling
 from tensortune.storage import create_study, open_storage, target_key
 from tensortune.target import target_spec
@@ -115,14 +118,23 @@ def _source_study(db, name: str, shape: tuple[int, int, int], sign: float, targe
     `_synthetic` (sign -1: a source whose every ranking is reversed)."""
     template = CpuTemplate(workload(*shape))
     study = create_study(db, name, template.workload, target, None, None)
-    rng = np.random.default_rng(0)
+    _add_configs(study, template, 48, sign, seed=0)
+    return study
+
+
+def _add_configs(study, template, n: int, sign: float, seed: int) -> list[tuple]:
+    """`n` random configs of `template` added to `study` as completed trials valued `sign` x
+    `_synthetic`; their values, knob by knob."""
+    rng = np.random.default_rng(seed)
     distributions = {k.name: CategoricalDistribution(k.choices) for k in template.knobs}
-    for _ in range(48):
+    added = []
+    for _ in range(n):
         config = {k.name: k.choices[rng.integers(len(k.choices))] for k in template.knobs}
         value = sign * _synthetic(config) + 20.0  # positive, as GFLOP/s are
         study.add_trial(optuna.trial.create_trial(params=config, distributions=distributions,
                                                   value=value))  # fmt: skip
-    return study
+        added.append(tuple(config[k.name] for k in template.knobs))
+    return added
 
 
 def _tuned(
@@ -136,6 +148,41 @@ def _tuned(
     study = optuna.load_study(study_name=name, storage=db, sampler=sampler)
     study.optimize(lambda trial: _synthetic(template.suggest(trial)), n_trials=n_trials)
     return study
+
+
+def test_sources_that_grow_are_read_again_lowering_only_their_new_configs(tmp_path, monkeypatch):
+    """A model run hands each task's sampler its kin's studies every batch (`use`): they are
+    read again only where they changed, and a config lowered before is not lowered again."""
+    db = open_storage(f"sqlite:///{tmp_path / 'g.db'}")
+    source = _source_study(db, "growing", (96, 64, 80), 1.0)
+    target = create_study(db, "target", workload(64, 64, 64), LLVM, None, None)
+    lowered: list[tuple] = []
+    extract = FeatureExtractor._extract
+
+    def counted(self, configs):
+        lowered.extend(self.key(c) for c in configs)
+        return extract(self, configs)
+
+    monkeypatch.setattr(FeatureExtractor, "_extract", counted)
+    warm = WarmStart([source], n_starts=0)
+    first = warm.load(target, "curve")
+    assert first is not None and len(first) == 48
+    knobs = CpuTemplate(workload(96, 64, 80)).knobs
+    assert sorted(lowered) == sorted(
+        {tuple(t.params[k.name] for k in knobs) for t in source.trials}
+    )
+    judges = warm.judges(lambda: make_cost_model("xgb", "rank", 1, 0))
+    warm.use([source])  # the same studies, nothing new: the rows and judges stand
+    assert warm.load(target, "curve") is first
+    assert warm.judges(lambda: make_cost_model("xgb", "rank", 1, 0)) is judges
+    before = set(lowered)
+    new = _add_configs(source, CpuTemplate(workload(96, 64, 80)), 8, 1.0, seed=1)
+    warm.use([optuna.load_study(study_name="growing", storage=db)])
+    second = warm.load(target, "curve")
+    assert second is not None and len(second) == 56
+    # Only the configs not seen before were lowered, each once.
+    assert sorted(lowered[len(before) :]) == sorted(set(new) - before)
+    assert warm.judges(lambda: make_cost_model("xgb", "rank", 1, 0)) is not judges
 
 
 @pytest.mark.slow  # 3 seeds x 3 studies x 3 model rounds of XGBoost: about 40 s

@@ -192,6 +192,10 @@ def _tune_batches(
 
     tasks, studies, names, spec = tuning.tasks, tuning.studies, tuning.study_names, tuning.target
     indices = [i for i, knobs in enumerate(tuning.tunable) if knobs]
+    # One sampler per task for the whole run, as for a study tuned in one go: what it learnt
+    # in a batch (its model, the configs it lowered and the screen they train, its random
+    # state) serves the next, where a sampler per batch began each one afresh.
+    samplers: dict[int, Any] = {}
     while True:
         states = [task_state(tasks[i], studies[i]) for i in indices]
         done = sum(s.trials for s in states)
@@ -202,9 +206,14 @@ def _tune_batches(
         count = min(batch_size, total_trials - done)
         before = states[indices.index(pick)].trials
         sources = kin_sources(tuning, pick, states, indices) if warm_start else []
-        chosen: Any = sampler
-        if sources:  # a sampler object of its own only then: the study note names its sources
+        chosen = samplers.get(pick)
+        if chosen is None or (sources and not getattr(chosen, "source_studies", ())):
+            # A task's first sources come with a sampler of their own: a cold one chose its
+            # features for no sources (`tensortune.CostModelSampler`).
             chosen = make_sampler(sampler, seed, batch_size=batch_size, source_studies=sources)
+            samplers[pick] = chosen
+        elif sources:
+            chosen.source_studies = sources  # read again where they changed
         studies[pick] = tune(
             task.workload(),
             spec,

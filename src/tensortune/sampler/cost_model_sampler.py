@@ -317,7 +317,8 @@ class CostModelSampler(BaseSampler):
 
     @source_studies.setter
     def source_studies(self, studies: list[optuna.Study]) -> None:
-        self.warm.studies = list(studies)
+        # Other sources, or the same ones grown, are read again at the next model round.
+        self.warm.use(studies)
 
     @property
     def last_source_weights(self) -> dict[str, float]:

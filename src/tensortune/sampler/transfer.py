@@ -30,6 +30,7 @@ from tensortune.sampler.history import KnobSpace, read_history, training_targets
 
 if TYPE_CHECKING:
     from tensortune.cost_model import CostModel
+    from tensortune.features import FeatureExtractor
     from tensortune.templates.knobs import ChoiceKnob
     from tensortune.workloads import Workload
 
@@ -118,6 +119,7 @@ def load_sources(
     feature_set: str,
     length: int | None = None,
     processes: int = 1,
+    extractors: dict[tuple[str, str, str], FeatureExtractor] | None = None,
 ) -> SourceRows:
     """The measured configs of `sources` as feature rows (check them with `check_sources`).
 
@@ -129,6 +131,10 @@ def load_sources(
         length: The length of the new study's own rows. Default None: not checked.
         processes: Processes that lower the sources' configs, this one included (see
             `tensortune.features.FeatureExtractor`). Default 1.
+        extractors: The extractors of earlier calls, by workload key, space and feature
+            set, used again and added to, so that a config lowered before is not lowered
+            again (a study whose sources grow reads them again every batch). Default None:
+            new ones, kept nowhere.
 
     Raises:
         TensortuneError: If the new study's rows or a source's are not `feature_set`'s
@@ -154,11 +160,16 @@ def load_sources(
         by_workload.setdefault(key, []).append(source)
     features, targets, groups = [], [], []
     ranked: list[tuple[float, dict[str, Any]]] = []
-    for group, studies in enumerate(by_workload.values(), start=1):
+    for group, (workload_space, studies) in enumerate(by_workload.items(), start=1):
         first = studies[0]
-        template = template_for(study_workload(first), study_target(first), study_space(first))
-        space = KnobSpace(template.knobs)
-        extractor = FeatureExtractor(template, feature_set, processes=processes)
+        memo_key = (*workload_space, feature_set)
+        extractor = (extractors or {}).get(memo_key)
+        if extractor is None:
+            template = template_for(study_workload(first), study_target(first), study_space(first))
+            extractor = FeatureExtractor(template, feature_set, processes=processes)
+            if extractors is not None:
+                extractors[memo_key] = extractor
+        space = KnobSpace(extractor.template.knobs)
         if extractor.length != expected:
             raise TensortuneError(
                 f"the {feature_set!r} rows of source study {first.study_name!r} "

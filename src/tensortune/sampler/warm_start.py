@@ -1,9 +1,10 @@
 """The prior studies one `CostModelSampler` study learns from, and what it keeps of them.
 
 `tensortune.sampler.transfer` has the plain functions (rows, judges, weights, distances); this
-holds their state for one study: which studies (``"auto"`` until found), their rows read once,
-the judges fitted once, the last round's weights, and whether the study dropped them because
-none ranked its own configs better than chance.
+holds their state for one study: which studies (``"auto"`` until found), their rows and judges
+(read and fitted again only when the sources change, lowering only configs not lowered before),
+the last round's weights, and whether the study dropped them because none ranked its own
+configs better than chance.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
+from optuna.trial import TrialState
 
 from tensortune.errors import TensortuneError
 from tensortune.sampler.transfer import (
@@ -27,6 +29,7 @@ from tensortune.sampler.transfer import (
 
 if TYPE_CHECKING:
     from tensortune.cost_model import CostModel
+    from tensortune.features import FeatureExtractor
     from tensortune.sampler.history import KnobSpace
     from tensortune.workloads import Workload
 
@@ -50,11 +53,23 @@ class WarmStart:
         self.dropped = False
         self._rows: SourceRows | None = None
         self._judges: list[CostModel | None] | None = None
+        # What the rows were read from (`_signature`), and the extractors that lowered them.
+        self._read_from: tuple[tuple[str, int], ...] = ()
+        self._extractors: dict[tuple[str, str, str], FeatureExtractor] = {}
 
     @property
     def rows(self) -> SourceRows | None:
         """The sources' rows once `load` read them; None before, without sources, or dropped."""
         return self._rows
+
+    def use(self, studies: Sequence[optuna.Study]) -> None:
+        """Learn from `studies` from now on. Where they are not the studies the rows were read
+        from, or have completed trials since, the next `load` reads the rows again and the
+        judges are fitted again; configs lowered before are not lowered again."""
+        self.studies = list(studies)
+        if self._rows is not None and _signature(self.studies) != self._read_from:
+            self._rows = None
+            self._judges = None
 
     def resolve(self, study: optuna.Study, workload: Workload) -> None:
         """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
@@ -92,7 +107,10 @@ class WarmStart:
                     "tensortune.storage.create_study"
                 )
             check_sources(self.studies, target, study.study_name)
-            self._rows = load_sources(self.studies, feature_set, length, processes)
+            self._read_from = _signature(self.studies)
+            self._rows = load_sources(
+                self.studies, feature_set, length, processes, self._extractors
+            )
         return self._rows
 
     def judges(self, make_model: Callable[[], CostModel]) -> list[CostModel | None]:
@@ -137,3 +155,9 @@ class WarmStart:
         self._judges = None
         self.dropped = drop
         self.weights = {k: 0.0 for k in self.weights if drop}
+
+
+def _signature(studies: Sequence[optuna.Study]) -> tuple[tuple[str, int], ...]:
+    """Each study's name and completed trials: what the rows read from `studies` depend on."""
+    states = (TrialState.COMPLETE,)
+    return tuple((s.study_name, len(s.get_trials(deepcopy=False, states=states))) for s in studies)
