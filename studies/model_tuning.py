@@ -325,7 +325,8 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # (--prepack-weights) tuned with each weight packed once at build time, as ONNX Runtime
     # does, and (--winograd) with Winograd convolutions (packed too with both flags): other
     # tasks, so studies of their own.
-    # (--warm-start-tasks) each task warm-started from the model's tasks of its kind.
+    # (--warm-start-tasks) each task warm-started from the model's tasks of its kind; with
+    # --cold-cache too, also both at once.
     variants = {"tensortune": Arm(storage)}
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
@@ -340,6 +341,11 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     if args.warm_start_tasks:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-warm.db')}"
         variants["tensortune-warm"] = Arm(url, warm_start=True)
+    if args.warm_start_tasks and args.cold_cache:
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
+        variants["tensortune-cold-warm"] = Arm(
+            url, MeasureSettings(flush_cache=True), warm_start=True
+        )
     for system, (url, settings, rewrites, warm) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
@@ -523,7 +529,8 @@ def main() -> None:
                         "winograd; with --prepack-weights, packed too)")  # fmt: skip
     parser.add_argument("--warm-start-tasks", action="store_true",
                         help="also ours with each task warm-started from the model's tasks of "
-                        "its kind (tune_model's warm_start)")  # fmt: skip
+                        "its kind (tune_model's warm_start); with --cold-cache, also both at "
+                        "once")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip
