@@ -10,6 +10,7 @@ import numpy as np
 import optuna
 import pytest
 
+import tensortune.tuning
 from tensortune.errors import TensortuneError
 from tensortune.measure import MeasureSettings
 
@@ -164,18 +165,31 @@ class TwoConvs(torch.nn.Module):
 
 
 @pytest.mark.slow
-def test_warm_started_tasks_learn_from_their_kind_and_the_model_still_matches(tmp_path):
+def test_warm_started_tasks_learn_from_their_kind_and_the_model_still_matches(
+    tmp_path, monkeypatch
+):
     torch.manual_seed(0)
     program = from_torch(TwoConvs().eval(), (torch.randn(1, 3, 8, 8),), name="two-convs")
     storage = f"sqlite:///{tmp_path / 'model.db'}"
     with pytest.raises(TensortuneError, match="costmodel sampler"):
         tune_model(program, 8, storage=storage, sampler="random", warm_start=True)
     assert not (tmp_path / "model.db").exists()  # refused before anything was written
+    made: list[int] = []  # sources of each sampler made
+    make_sampler = tensortune.tuning.make_sampler
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(len(kwargs.get("source_studies", ())))
+        return make_sampler(*args, **kwargs)
+
+    monkeypatch.setattr(tensortune.tuning, "make_sampler", counted)
     tuning = tune_model(
         program, 16, storage=storage, batch_size=4, progress=lambda line: None, warm_start=True
     )
     studies = [s for s in tuning.studies if s is not None]
     assert len(studies) == 2 and all(t.kind == "conv2d" for t in tuning.tasks)
+    # Four batches, three samplers: the first task's cold one, the second task's warm one
+    # (kept for its second batch), and the first task's warm one once its kin was measured.
+    assert made == [0, 1, 1], made
     # The task tuned first had no measured kin then; once both had a batch, each batch of
     # either learnt from the other, and the study says so.
     for study, other in ((studies[0], studies[1]), (studies[1], studies[0])):
