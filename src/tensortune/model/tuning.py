@@ -3,9 +3,10 @@
 Each task is tuned in MetaSchedule's design space of its fused TIR function
 (``space="metaschedule"``) through `tensortune.tune`, batch by batch, in the study named after
 the task's function (`tensortune.tuning.default_study_name` of its workload): a task met
-before, in this model or another, resumes its study. The budget counts every finished trial
-of the model's task studies, so running the same call again after a kill goes on where it
-stopped, and measures nothing twice.
+before, in this model or another, resumes its study. Each task keeps one sampler for the whole
+run, so that its batches search as one study tuned in one go would. The budget counts every
+finished trial of the model's task studies, so running the same call again after a kill goes
+on where it stopped, and measures nothing twice.
 """
 
 from __future__ import annotations
