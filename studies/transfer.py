@@ -14,6 +14,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   best configs do not start annealing chains;
 - ``warm-relative``: the same with ``source_weighting="relative"``: a source keeps full weight
   only while it ranks the target's configs as well as they rank each other (cross-validated);
+- ``warm-outranked``: the same with ``source_weighting="outranked"``: the evidence's weight,
+  and none for a source that ranks the target's configs at most half as well as they rank
+  each other;
 - ``warm-knob``: the same with ``feature_set="knob"``: the sources' rows and the study's own
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
@@ -128,12 +131,18 @@ MODES = (
     "warm-guarded",
     "warm-model",
     "warm-relative",
+    "warm-outranked",
     "warm-knob",
     "warm-unscreened",
     "enqueue",
 )
 #: The modes that run another source weighting than the default's.
-WEIGHTING_OF_MODE = {"warm-decay": "decay", "warm-guarded": "guarded", "warm-relative": "relative"}
+WEIGHTING_OF_MODE = {
+    "warm-decay": "decay",
+    "warm-guarded": "guarded",
+    "warm-relative": "relative",
+    "warm-outranked": "outranked",
+}
 CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64
 #: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.

@@ -76,6 +76,24 @@ def test_relative_weights_ask_a_source_to_rank_as_well_as_the_studys_own_configs
         )
 
 
+def test_outranked_weights_drop_a_source_the_studys_own_configs_rank_twice_as_well():
+    taus = np.array([0.9, 0.6, 0.45, 0.3, float("nan")])
+    decay = source_weight(40, 32.0)
+    # Own configs at 0.6: a source at 0.6 or above keeps the evidence's weight, one at 0.45
+    # half of it (2 x 0.45 / 0.6 - 1), one at 0.3 (half of 0.6) none; unknown keeps it.
+    found = source_weights(taus, 40, 32.0, "outranked", own_tau=0.6)
+    assert found == pytest.approx([decay, decay, decay / 2, 0.0, decay])
+    # Own configs that rank each other at chance or worse, or not known yet: the evidence alone.
+    for own in (0.0, -0.2, float("nan")):
+        assert source_weights(taus, 40, 32.0, "outranked", own_tau=own) == pytest.approx(
+            source_weights(taus, 40, 32.0, "evidence")
+        )
+    # Own configs ranking each other worse than the source does: still the evidence's weight.
+    assert source_weights(taus, 40, 32.0, "outranked", own_tau=0.1) == pytest.approx(
+        [decay, decay, decay * 0.9, decay * 0.6, decay]
+    )
+
+
 def test_local_tau_is_how_well_the_studys_own_rows_predict_each_other():
     from tensortune.cost_model import BootstrapXGBModel
 
@@ -211,11 +229,11 @@ def test_a_misleading_source_stops_counting_and_does_not_hurt(tmp_path):
     assert np.median(bests["honest"]) >= np.median(bests["cold"]), bests
 
 
-@pytest.mark.parametrize("weighting", ["relative", "guarded"])
+@pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded"])
 def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(tmp_path, weighting):
-    """``"relative"`` and ``"guarded"`` judge their sources, unlike the decay alone: a reversed
-    source weighs nothing once the study has configs of its own to rank. The study then goes
-    on cold and first measures every point of the start-up design it skipped."""
+    """``"relative"``, ``"outranked"`` and ``"guarded"`` judge their sources, unlike the decay
+    alone: a reversed source weighs nothing once the study has configs of its own to rank. The
+    study then goes on cold and first measures every point of the start-up design it skipped."""
     db = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
     inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
     study = _tuned(db, "judged", [inverted], seed=0, n_trials=24, weighting=weighting)

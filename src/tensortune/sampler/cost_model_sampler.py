@@ -55,8 +55,9 @@ class CostModelSampler(BaseSampler):
     proposes from the first trial; every other trial of the first ``n_startup_trials`` still
     comes from the space-filling design, so that the study can judge its sources on configs
     they did not choose. Their weight halves every ``source_half_life`` trials of the study's
-    own and, with ``source_weighting="evidence"`` or ``"relative"``, follows how well each
-    source ranks the study's own measured configs, down to nothing for one that misleads;
+    own and, with ``source_weighting="evidence"`` (or ``"relative"``, ``"outranked"``),
+    follows how well each source ranks the study's own measured configs, down to nothing for
+    one that misleads;
     once all weigh nothing, the study goes on as a cold one (the rest of the design, the cold
     feature set). Their best configs, moved into the study's knob space where the knobs
     match, start annealing chains until the study has enough good configs of its own.
@@ -161,6 +162,8 @@ class CostModelSampler(BaseSampler):
             misleads stops counting; ``"relative"``: the same, but full trust needs a tau
             as high as the study's own configs reach on each other (cross-validated, 4 more
             one-member fits a round), so sources fade as the study outgrows them;
+            ``"outranked"``: the evidence's weight, and none for a source that ranks them at
+            most half as well as the study's own configs rank each other (full at as well);
             ``"decay"``: the half-life alone; ``"guarded"``: the half-life alone, and nothing
             for a source that ranks them reversed beyond chance
             (`tensortune.sampler.transfer.reversed_beyond_chance`). Once
@@ -554,8 +557,8 @@ class CostModelSampler(BaseSampler):
         return Screen(self._screen_rows, self._lowered, self.screen_share)
 
     def _source_judges(self) -> list[CostModel | None]:
-        """The judges the ``"evidence"`` and ``"relative"`` weightings rank the study's own
-        configs with (see `WarmStart.judges`); none for ``"decay"``."""
+        """The judges every weighting but ``"decay"`` ranks the study's own configs with (see
+        `WarmStart.judges`); none for ``"decay"``."""
         if self.settings.source_weighting == "decay":
             return []
         settings, seed = self.settings, self.seed or 0

@@ -15,6 +15,7 @@ from tensortune.sampler.screening import Screen, fit_screen, screened
 from tensortune.sampler.settings import RoundSettings
 from tensortune.sampler.transfer import (
     MIN_EVIDENCE,
+    WEIGHTINGS_AGAINST_OWN,
     SourceRows,
     judge_taus,
     local_tau,
@@ -124,8 +125,8 @@ def fit_cost_model(
     (``settings.source_weighting``): a decay as the study measures more of its own, times,
     with ``"evidence"``, how well that source's `judges` (one model per source workload,
     `tensortune.sampler.transfer.fit_judges`; default none: no evidence) rank the study's own
-    configs; with ``"relative"`` against the bar of how well those configs rank each other
-    (`tensortune.sampler.transfer.local_tau`, a cross-validation of one-member models)."""
+    configs; with ``"relative"`` and ``"outranked"`` against how well those configs rank each
+    other (`tensortune.sampler.transfer.local_tau`, a cross-validation of one-member models)."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
@@ -139,7 +140,7 @@ def fit_cost_model(
     taus = judge_taus(judges, X, y) if judges else np.full(len(prior.workloads), np.nan)
     n_local = len(history.values)
     own_tau = float("nan")
-    if settings.source_weighting == "relative" and n_local >= MIN_EVIDENCE:
+    if settings.source_weighting in WEIGHTINGS_AGAINST_OWN and n_local >= MIN_EVIDENCE:
         own_tau = local_tau(
             lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed), X, y, seed
         )

@@ -38,10 +38,15 @@ if TYPE_CHECKING:
 #: the `source_weight` decay times how well each source ranks the study's own measured configs
 #: (`source_weights`); ``"relative"``: the same, with the bar for full trust raised to how well
 #: the study's own configs rank each other (`local_tau`), so a source fades once the study
-#: knows more than it does; ``"decay"``: the decay alone, whatever the source's ranking;
-#: ``"guarded"``: the decay alone, and nothing for a source whose ranking of the study's
-#: configs is reversed beyond what chance gives (`reversed_beyond_chance`).
-SOURCE_WEIGHTINGS = ("evidence", "relative", "decay", "guarded")
+#: knows more than it does; ``"outranked"``: the evidence's weight, cut further as the study's
+#: own ranking overtakes the source's (none once the source ranks half as well or worse), so a
+#: source that orders the study's configs coarsely but not its best ones stops steering the
+#: search; ``"decay"``: the decay alone, whatever the source's ranking; ``"guarded"``: the
+#: decay alone, and nothing for a source whose ranking of the study's configs is reversed
+#: beyond what chance gives (`reversed_beyond_chance`).
+SOURCE_WEIGHTINGS = ("evidence", "relative", "outranked", "decay", "guarded")
+#: The weightings that compare each source with the study's own ranking (`local_tau`).
+WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
 #: Folds of `local_tau`'s cross-validation.
 LOCAL_FOLDS = 4
 #: The study's own measured configs before a source's ranking of them counts: with fewer, one
@@ -312,14 +317,17 @@ def source_weights(
         weighting: One of `SOURCE_WEIGHTINGS`. Default ``"evidence"``: with at least
             `min_evidence` local configs, the decay times ``clip(tau / full_tau, 0, 1)``; a
             NaN tau (nothing to rank yet) keeps the decay alone. ``"relative"``: the same with
-            ``max(full_tau, own_tau)`` in place of `full_tau`. ``"guarded"``: the decay, 0
+            ``max(full_tau, own_tau)`` in place of `full_tau`. ``"outranked"``: the
+            evidence's weight times ``clip(2 tau / own_tau - 1, 0, 1)`` where `own_tau` is
+            above 0: full while the source ranks as well as the study's own configs rank each
+            other, nothing at half that or below. ``"guarded"``: the decay, 0
             for a source `reversed_beyond_chance` on `n_local` configs. A source whose tau is
             near 0 keeps its weight: a ranking of 8-16 configs is too noisy to condemn it by
             its sign alone.
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
-            ``"relative"`` only. Default NaN: not known, `full_tau` alone.
+            `WEIGHTINGS_AGAINST_OWN` only. Default NaN: not known, `full_tau` alone.
     """
     if weighting not in SOURCE_WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
@@ -332,6 +340,9 @@ def source_weights(
     if weighting == "relative" and np.isfinite(own_tau):
         bar = max(full_tau, own_tau)
     trust = np.clip(np.nan_to_num(taus, nan=bar) / bar, 0.0, 1.0)
+    if weighting == "outranked" and np.isfinite(own_tau) and own_tau > 0:
+        versus_own = 2 * np.nan_to_num(taus, nan=own_tau) / own_tau - 1
+        trust = np.minimum(trust, np.clip(versus_own, 0.0, 1.0))
     return decay * trust
 
 
