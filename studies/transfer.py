@@ -17,6 +17,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-outranked``: the same with ``source_weighting="outranked"``: the evidence's weight,
   and none for a source that ranks the target's configs at most half as well as they rank
   each other;
+- ``warm-shared``: the same with ``source_weighting="shared"``: the default's weights split
+  among the source workloads, so that together they weigh as one;
 - ``warm-knob``: the same with ``feature_set="knob"``: the sources' rows and the study's own
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
@@ -132,6 +134,7 @@ MODES = (
     "warm-model",
     "warm-relative",
     "warm-outranked",
+    "warm-shared",
     "warm-knob",
     "warm-unscreened",
     "enqueue",
@@ -142,6 +145,7 @@ WEIGHTING_OF_MODE = {
     "warm-guarded": "guarded",
     "warm-relative": "relative",
     "warm-outranked": "outranked",
+    "warm-shared": "shared",
 }
 CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64

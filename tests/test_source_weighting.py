@@ -94,6 +94,17 @@ def test_outranked_weights_drop_a_source_the_studys_own_configs_rank_twice_as_we
     )
 
 
+def test_shared_weights_split_the_evidence_among_the_source_workloads():
+    taus = np.array([0.9, 0.25, -0.1, float("nan")])
+    assert source_weights(taus, 40, 32.0, "shared") == pytest.approx(
+        source_weights(taus, 40, 32.0, "evidence") / 4
+    )
+    # Before the evidence: the decay, split as well.
+    assert source_weights(taus, 4, 32.0, "shared") == pytest.approx(
+        [source_weight(4, 32.0) / 4] * 4
+    )
+
+
 def test_local_tau_is_how_well_the_studys_own_rows_predict_each_other():
     from tensortune.cost_model import BootstrapXGBModel
 

@@ -164,6 +164,7 @@ class CostModelSampler(BaseSampler):
             one-member fits a round), so sources fade as the study outgrows them;
             ``"outranked"``: the evidence's weight, and none for a source that ranks them at
             most half as well as the study's own configs rank each other (full at as well);
+            ``"shared"``: the evidence's weights split among the source workloads;
             ``"decay"``: the half-life alone; ``"guarded"``: the half-life alone, and nothing
             for a source that ranks them reversed beyond chance
             (`tensortune.sampler.transfer.reversed_beyond_chance`). Once

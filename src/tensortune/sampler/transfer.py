@@ -41,10 +41,13 @@ if TYPE_CHECKING:
 #: knows more than it does; ``"outranked"``: the evidence's weight, cut further as the study's
 #: own ranking overtakes the source's (none once the source ranks half as well or worse), so a
 #: source that orders the study's configs coarsely but not its best ones stops steering the
-#: search; ``"decay"``: the decay alone, whatever the source's ranking; ``"guarded"``: the
+#: search; ``"shared"``: the evidence's weights split evenly among the source workloads, so
+#: that however many there are they weigh together as one would (three conv2d shapes of 192
+#: rows each otherwise outweigh a study's 56 own configs nearly three to one); ``"decay"``: the
+#: decay alone, whatever the source's ranking; ``"guarded"``: the
 #: decay alone, and nothing for a source whose ranking of the study's configs is reversed
 #: beyond what chance gives (`reversed_beyond_chance`).
-SOURCE_WEIGHTINGS = ("evidence", "relative", "outranked", "decay", "guarded")
+SOURCE_WEIGHTINGS = ("evidence", "relative", "outranked", "shared", "decay", "guarded")
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
 WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
 #: Folds of `local_tau`'s cross-validation.
@@ -320,7 +323,8 @@ def source_weights(
             ``max(full_tau, own_tau)`` in place of `full_tau`. ``"outranked"``: the
             evidence's weight times ``clip(2 tau / own_tau - 1, 0, 1)`` where `own_tau` is
             above 0: full while the source ranks as well as the study's own configs rank each
-            other, nothing at half that or below. ``"guarded"``: the decay, 0
+            other, nothing at half that or below. ``"shared"``: the evidence's weight divided
+            by the number of source workloads. ``"guarded"``: the decay, 0
             for a source `reversed_beyond_chance` on `n_local` configs. A source whose tau is
             near 0 keeps its weight: a ranking of 8-16 configs is too noisy to condemn it by
             its sign alone.
@@ -332,6 +336,8 @@ def source_weights(
     if weighting not in SOURCE_WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
     decay = np.full(len(taus), source_weight(n_local, half_life))
+    if weighting == "shared" and n_local < min_evidence:
+        return decay / max(len(taus), 1)
     if weighting == "decay" or n_local < min_evidence:
         return decay
     if weighting == "guarded":
@@ -343,6 +349,8 @@ def source_weights(
     if weighting == "outranked" and np.isfinite(own_tau) and own_tau > 0:
         versus_own = 2 * np.nan_to_num(taus, nan=own_tau) / own_tau - 1
         trust = np.minimum(trust, np.clip(versus_own, 0.0, 1.0))
+    if weighting == "shared":
+        trust = trust / len(taus)
     return decay * trust
 
 
