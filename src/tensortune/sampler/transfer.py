@@ -42,11 +42,11 @@ if TYPE_CHECKING:
 #: own ranking overtakes the source's (none once the source ranks half as well or worse), so a
 #: source that orders the study's configs coarsely but not its best ones stops steering the
 #: search; ``"shared"``: the evidence's weights split evenly among the source workloads, so
-#: that however many there are they weigh together as one would (three conv2d shapes of 192
-#: rows each otherwise outweigh a study's 56 own configs nearly three to one); ``"decay"``: the
-#: decay alone, whatever the source's ranking; ``"guarded"``: the
-#: decay alone, and nothing for a source whose ranking of the study's configs is reversed
-#: beyond what chance gives (`reversed_beyond_chance`).
+#: that however many there are they weigh together as one would (it lost to the evidence
+#: from three conv2d shapes to depthwise: the count of source rows was not what hurt);
+#: ``"decay"``: the decay alone, whatever the source's ranking; ``"guarded"``: the decay
+#: alone, and nothing for a source whose ranking of the study's configs is reversed beyond
+#: what chance gives (`reversed_beyond_chance`).
 SOURCE_WEIGHTINGS = ("evidence", "relative", "outranked", "shared", "decay", "guarded")
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
 WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
