@@ -94,7 +94,7 @@ from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
-from tensortune.sampler.transfer import project_config
+from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, project_config
 from tensortune.storage import create_study, open_storage, study_target
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
@@ -140,13 +140,8 @@ MODES = (
     "enqueue",
 )
 #: The modes that run another source weighting than the default's.
-WEIGHTING_OF_MODE = {
-    "warm-decay": "decay",
-    "warm-guarded": "guarded",
-    "warm-relative": "relative",
-    "warm-outranked": "outranked",
-    "warm-shared": "shared",
-}
+WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WEIGHTINGS[0]}
+assert set(WEIGHTING_OF_MODE) <= set(MODES), "a source weighting without its mode"
 CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64
 #: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.

@@ -336,8 +336,8 @@ def source_weights(
     if weighting not in SOURCE_WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
     decay = np.full(len(taus), source_weight(n_local, half_life))
-    if weighting == "shared" and n_local < min_evidence:
-        return decay / max(len(taus), 1)
+    if weighting == "shared":  # split from the start, the evidence's rule on top
+        decay /= max(len(taus), 1)
     if weighting == "decay" or n_local < min_evidence:
         return decay
     if weighting == "guarded":
@@ -349,8 +349,6 @@ def source_weights(
     if weighting == "outranked" and np.isfinite(own_tau) and own_tau > 0:
         versus_own = 2 * np.nan_to_num(taus, nan=own_tau) / own_tau - 1
         trust = np.minimum(trust, np.clip(versus_own, 0.0, 1.0))
-    if weighting == "shared":
-        trust = trust / len(taus)
     return decay * trust
 
 
