@@ -6,12 +6,6 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm``: ``CostModelSampler(source_studies=...)`` over the sources' learned-sampler studies
   (all their seeds), read from their own storage and never copied; each source weighs by how
   well it ranks the target's own measured configs (the default ``source_weighting``);
-- ``warm-decay``: the same with ``source_weighting="decay"``: source rows weigh by the
-  half-life alone, whatever their ranking (the weighting before the evidence);
-- ``warm-guarded``: the same with ``source_weighting="guarded"``: the decay, except that a
-  source ranking the target's configs reversed beyond chance weighs nothing;
-- ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
-  best configs do not start annealing chains;
 - ``warm-relative``: the same with ``source_weighting="relative"``: a source keeps full weight
   only while it ranks the target's configs as well as they rank each other (cross-validated);
 - ``warm-outranked``: the same with ``source_weighting="outranked"``: the evidence's weight,
@@ -19,6 +13,12 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   each other;
 - ``warm-shared``: the same with ``source_weighting="shared"``: the default's weights split
   among the source workloads, so that together they weigh as one;
+- ``warm-decay``: the same with ``source_weighting="decay"``: source rows weigh by the
+  half-life alone, whatever their ranking (the weighting before the evidence);
+- ``warm-guarded``: the same with ``source_weighting="guarded"``: the decay, except that a
+  source ranking the target's configs reversed beyond chance weighs nothing;
+- ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
+  best configs do not start annealing chains;
 - ``warm-knob``: the same with ``feature_set="knob"``: the sources' rows and the study's own
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
@@ -126,22 +126,17 @@ KINDS = {
 }
 #: --quick: another matmul shape → matmul 128, 16 trials, one seed.
 QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
+#: The modes that run another source weighting than the default's, one per weighting.
+WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WEIGHTINGS[0]}
 MODES = (
     "cold",
     "warm",
-    "warm-decay",
-    "warm-guarded",
+    *WEIGHTING_OF_MODE,
     "warm-model",
-    "warm-relative",
-    "warm-outranked",
-    "warm-shared",
     "warm-knob",
     "warm-unscreened",
     "enqueue",
 )
-#: The modes that run another source weighting than the default's.
-WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WEIGHTINGS[0]}
-assert set(WEIGHTING_OF_MODE) <= set(MODES), "a source weighting without its mode"
 CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64
 #: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.

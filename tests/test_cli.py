@@ -155,11 +155,11 @@ BAD_INPUTS = [
     (["tune", "matmul", "--shape", "4,4,4", "--repeat", "0"], "repeat must be at least 1"),
     (
         ["tune", "matmul", "--shape", "4,4,4", "--sampler", "tpe", "--acquisition", "ei"],
-        "--acquisition, --loss and --cost-model apply to the costmodel sampler only",
+        "--cost-model and --source-weighting apply to the costmodel sampler only",
     ),
     (
         ["tune", "matmul", "--shape", "4,4,4", "--sampler", "tpe", "--cost-model", "treegru"],
-        "--acquisition, --loss and --cost-model apply to the costmodel sampler only",
+        "--cost-model and --source-weighting apply to the costmodel sampler only",
     ),
     (["tune", "matmul", "--shape", "4,4,4", "--batch-size", "0"], "batch_size must be at least 1"),
     (["best", "--study", "nope"], "no storage at sqlite:///tensortune.db"),
@@ -213,6 +213,10 @@ BAD_INPUTS = [
         ["tune", "matmul", "--shape", "4,4,4", "--transfer-storage", "sqlite:///t.db"],
         "--transfer-storage holds --transfer-from studies: give those too",
     ),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--source-weighting", "outranked"],
+        "--source-weighting weighs --transfer-from studies: give those too",
+    ),
     (["dashboard", "--port", "99999"], "port must be an integer from 1 to 65535, got 99999"),
     (["dashboard", "--port", "0"], "port must be an integer from 1 to 65535, got 0"),
     (["dashboard", "--storage", "sqlite:///none.db"], "sqlite:///none.db: none.db does not exist"),
@@ -235,6 +239,10 @@ USAGE_ERRORS = [
     (["tune", "matmul", "--shape", "4,4,4", "--bogus"], "unrecognized arguments: --bogus"),
     (["tune", "matmul"], "the following arguments are required: --shape"),
     (["tune", "matmul", "--shape", "4,4,4", "--sampler", "x\ny"], "invalid choice: 'x\\ny'"),
+    (
+        ["tune", "matmul", "--shape", "4,4,4", "--source-weighting", "trust"],
+        "argument --source-weighting: invalid choice: 'trust'",
+    ),
     (["tune", "matmul", "--shape", "4,4,4", "extra\x1b[31m"], "arguments: extra\\x1b[31m"),
     (["dashboard", "--port", "http"], "argument --port: invalid int value: 'http'"),
     (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),

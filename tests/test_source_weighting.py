@@ -9,17 +9,19 @@ import numpy as np
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
+from optuna_dashboard import get_note
 
 import tensortune
 from tensortune.cli import main
 from tensortune.cost_model import make_cost_model
 from tensortune.dashboard import source_weight_rounds, study_note
 from tensortune.features import FeatureExtractor
-from tensortune.sampler import CostModelSampler
+from tensortune.sampler import CostModelSampler, proposals
 from tensortune.sampler.history import KnobSpace
 from tensortune.sampler.transfer import (
     FULL_TAU,
     MIN_EVIDENCE,
+    WEIGHTINGS_AGAINST_OWN,
     find_sources,
     local_tau,
     program_distance,
@@ -241,16 +243,43 @@ def test_a_misleading_source_stops_counting_and_does_not_hurt(tmp_path):
 
 
 @pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded"])
-def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(tmp_path, weighting):
+def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
+    tmp_path, monkeypatch, weighting
+):
     """``"relative"``, ``"outranked"`` and ``"guarded"`` judge their sources, unlike the decay
     alone: a reversed source weighs nothing once the study has configs of its own to rank. The
     study then goes on cold and first measures every point of the start-up design it skipped."""
+    events: list[tuple] = []  # each round's judging, and any cross-validation after it
+    judge, cross_validate = proposals.judge_taus, proposals.local_tau
+
+    def judged(judges, X, y):
+        taus = judge(judges, X, y)
+        events.append(("judged", len(y), taus))
+        return taus
+
+    def cross_validated(make, X, y, seed=0):
+        events.append(("cross-validated", len(y)))
+        return cross_validate(make, X, y, seed)
+
+    monkeypatch.setattr(proposals, "judge_taus", judged)
+    monkeypatch.setattr(proposals, "local_tau", cross_validated)
     db = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
     inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
     study = _tuned(db, "judged", [inverted], seed=0, n_trials=24, weighting=weighting)
     (history,) = source_weight_rounds(study).values()
     assert history[0][1] > 0.0, history
     assert history[-1][1] == 0.0, history
+    # The study's own ranking can only cut a source further: in a round where the evidence
+    # gave the reversed source nothing, no cross-validation is fitted to compare it with.
+    misled = [
+        i
+        for i, event in enumerate(events)
+        if event[0] == "judged" and event[1] >= MIN_EVIDENCE and np.all(event[2] <= 0)
+    ]
+    assert misled, events
+    assert all(events[i + 1][0] != "cross-validated" for i in misled if i + 1 < len(events))
+    if weighting not in WEIGHTINGS_AGAINST_OWN:
+        assert not any(event[0] == "cross-validated" for event in events)
     space = KnobSpace(CpuTemplate(workload(64, 64, 64)).knobs)
     design = space_filling(space.sizes, 16, np.random.default_rng(0))
     measured = {space.encode(t.params) for t in study.trials}
@@ -289,10 +318,12 @@ def test_cli_transfer_from_auto(tmp_path, capsys):
     _source_study(db, "prior", (96, 64, 80), 1.0)
     argv = ["tune", "matmul", "--shape", "64,64,64", "--trials", "16", "--storage", url]
     argv += ["--study", "mm", "--seed", "0", "--no-progress", "--repeat", "2"]
-    argv += ["--min-repeat-ms", "2", "--transfer-from", "auto"]
+    argv += ["--min-repeat-ms", "2", "--transfer-from", "auto", "--source-weighting", "outranked"]
     assert main(argv) == 0
     study = optuna.load_study(study_name="mm", storage=url)
     assert study.user_attrs["transfer_sources"] == ["prior"]
+    note = get_note(study)
+    assert "source_weighting=outranked" in note, note  # the CLI's choice reached the sampler
     kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
     assert kinds[0] == "model" and "startup" in kinds, kinds  # every other early trial
     # The note and the dashboard's plot say how much the source weighed, round by round.

@@ -19,6 +19,7 @@ from tensortune.cli_model import (
 )
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
+from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.templates import SPACES
 from tensortune.tuning import SAMPLERS, make_sampler
@@ -117,6 +118,14 @@ def _parser() -> argparse.ArgumentParser:
         help="costmodel: warm-start from this prior study of any workload on the same target; "
         "repeat for several, or 'auto': the studies of this target in --transfer-storage, "
         "nearest program first, at most 4 (default: none, a cold start)",
+    )
+    tune.add_argument(
+        "--source-weighting",
+        choices=SOURCE_WEIGHTINGS,
+        default=None,
+        help="costmodel: how the --transfer-from studies weigh next to the study's own "
+        "configs; evidence: by how well each ranks them, outranked: less still once the "
+        f"study's own configs rank each other better (default {SOURCE_WEIGHTINGS[0]})",
     )
     tune.add_argument(
         "--transfer-storage",
@@ -220,6 +229,8 @@ def _tune(args: argparse.Namespace) -> None:
         raise TensortuneError("give --trials or --total-trials, not both")
     if args.transfer_storage is not None and not args.transfer_from:
         raise TensortuneError("--transfer-storage holds --transfer-from studies: give those too")
+    if args.source_weighting is not None and not args.transfer_from:
+        raise TensortuneError("--source-weighting weighs --transfer-from studies: give those too")
     name = import_workload(args.workload) if ":" in args.workload else args.workload
     workload = parse_shape(name, args.shape)
     device = _rpc_device(args)
@@ -257,6 +268,7 @@ def _tune(args: argparse.Namespace) -> None:
             loss=args.loss,
             source_studies=sources,
             cost_model=args.cost_model,
+            source_weighting=args.source_weighting,
         ),
         settings=settings,
         batch_size=args.batch_size,

@@ -22,7 +22,7 @@ from tensortune.errors import TensortuneError
 from tensortune.heartbeats import fail_stale_trials
 from tensortune.measure import Measurer, MeasureResult, MeasurerLike, MeasureSettings, RpcDevice
 from tensortune.measure.worker_tasks import flushes_caches
-from tensortune.sampler.transfer import AUTO, check_sources, find_sources
+from tensortune.sampler.transfer import AUTO, SOURCE_WEIGHTINGS, check_sources, find_sources
 from tensortune.storage import create_study, find_study, open_storage, target_key
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import SPACES, InvalidConfig, Template, template_for
@@ -158,6 +158,7 @@ def make_sampler(
     loss: str | None = None,
     source_studies: Sequence[optuna.Study] | str = (),
     cost_model: str | None = None,
+    source_weighting: str | None = None,
 ) -> optuna.samplers.BaseSampler:
     """An Optuna sampler by name, seeded with `seed` (default None: unseeded).
 
@@ -177,14 +178,18 @@ def make_sampler(
             Default ``()``: a cold start.
         cost_model: One of `tensortune.cost_model.COST_MODELS` (``xgb`` or ``treegru``, which
             needs PyTorch); costmodel only. Default None (``xgb``).
+        source_weighting: How the `source_studies` weigh, one of
+            `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
+            costmodel only. Default None (``evidence``).
     """
     if seed is not None and (
         isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32
     ):  # what NumPy's and Optuna's generators take; anything else fails deep inside them
         raise TensortuneError(f"seed must be an integer from 0 to 2**32 - 1, got {seed!r}")
-    if name != "costmodel" and (acquisition, loss, cost_model) != (None, None, None):
+    if name != "costmodel" and (acquisition, loss, cost_model, source_weighting) != (None,) * 4:
         raise TensortuneError(
-            "--acquisition, --loss and --cost-model apply to the costmodel sampler only"
+            "--acquisition, --loss, --cost-model and --source-weighting apply to the costmodel "
+            "sampler only"
         )
     if cost_model == "treegru":
         import importlib.util
@@ -206,6 +211,7 @@ def make_sampler(
                 loss=loss or LOSSES[0],
                 batch_size=batch_size,
                 source_studies=source_studies,
+                source_weighting=source_weighting or SOURCE_WEIGHTINGS[0],
                 seed=seed,
             )
         except ValueError as err:

@@ -161,7 +161,8 @@ class CostModelSampler(BaseSampler):
             `tensortune.sampler.transfer.FULL_TAU`, none at or below 0), so a source that
             misleads stops counting; ``"relative"``: the same, but full trust needs a tau
             as high as the study's own configs reach on each other (cross-validated, 4 more
-            one-member fits a round), so sources fade as the study outgrows them;
+            one-member fits a round where the evidence left a source any weight), so sources
+            fade as the study outgrows them;
             ``"outranked"``: the evidence's weight, and none for a source that ranks them at
             most half as well as the study's own configs rank each other (full at as well);
             ``"shared"``: the evidence's weights split among the source workloads;

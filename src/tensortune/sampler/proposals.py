@@ -139,18 +139,17 @@ def fit_cost_model(
         return Fit(model, X, y, np.empty(0), np.empty(0))
     taus = judge_taus(judges, X, y) if judges else np.full(len(prior.workloads), np.nan)
     n_local = len(history.values)
-    own_tau = float("nan")
-    if settings.source_weighting in WEIGHTINGS_AGAINST_OWN and n_local >= MIN_EVIDENCE:
+    weights = source_weights(taus, n_local, settings.source_half_life, settings.source_weighting)
+    # Against the study's own ranking a source only loses weight: where the evidence left none,
+    # the cross-validation (several model fits) has nothing to cut.
+    against_own = settings.source_weighting in WEIGHTINGS_AGAINST_OWN
+    if against_own and n_local >= MIN_EVIDENCE and weights.any():
         own_tau = local_tau(
             lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed), X, y, seed
         )
-    weights = source_weights(
-        taus,
-        n_local,
-        settings.source_half_life,
-        settings.source_weighting,
-        own_tau=own_tau,
-    )
+        weights = source_weights(
+            taus, n_local, settings.source_half_life, settings.source_weighting, own_tau=own_tau
+        )
     restarted = bool(going_on and weights.sum() < start_weight / 2)
     if restarted:
         model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
