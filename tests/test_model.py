@@ -179,12 +179,15 @@ def test_warm_started_tasks_learn_from_their_kind_and_the_model_still_matches(
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         made.append(len(kwargs.get("source_studies", ())))
-        return make_sampler(*args, **kwargs)
+        sampler = make_sampler(*args, **kwargs)
+        assert sampler.settings.source_weighting == "outranked"  # the choice reaches each one
+        return sampler
 
     monkeypatch.setattr(tensortune.tuning, "make_sampler", counted)
     tuning = tune_model(
-        program, 16, storage=storage, batch_size=4, progress=lambda line: None, warm_start=True
-    )
+        program, 16, storage=storage, batch_size=4, progress=lambda line: None, warm_start=True,
+        source_weighting="outranked",
+    )  # fmt: skip
     studies = [s for s in tuning.studies if s is not None]
     assert len(studies) == 2 and all(t.kind == "conv2d" for t in tuning.tasks)
     # Four batches, three samplers: the first task's cold one, the second task's warm one
@@ -261,6 +264,29 @@ def test_bad_models_and_inputs_are_one_line(onnx_file, tmp_path):
         assert "\n" not in str(raised.value)
     assert not list((tmp_path).glob("*.db"))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, capsys):
+    from tensortune.cli import main
+
+    common = [onnx_file, "--input", "x:1x3x8x8", "--trials", "4", "-o", str(tmp_path / "out"),
+              "--storage", f"sqlite:///{tmp_path / 'model.db'}"]  # fmt: skip
+    rows = [
+        (["--source-weighting", "outranked"], "weighs --warm-start-tasks sources"),
+        (["--warm-start-tasks", "--sampler", "random"], "needs the costmodel sampler"),
+    ]
+    for extra, message in rows:
+        assert main(["tune-model", *common, *extra]) == 2, extra
+        error = capsys.readouterr().err.strip()
+        assert error.startswith("tensortune: ") and message in error and "\n" not in error
+    program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
+    for kwargs, message in [
+        ({"source_weighting": "outranked"}, "warm-start the tasks"),
+        ({"warm_start": True, "source_weighting": "loudest"}, "unknown source weighting"),
+    ]:
+        with pytest.raises(TensortuneError, match=message):
+            tune_model(program, 4, storage=f"sqlite:///{tmp_path / 'model.db'}", **kwargs)
+    assert [p.name for p in tmp_path.iterdir()] == ["small.onnx"]  # the model, no more
 
 
 def test_a_build_tvm_refuses_is_one_line(onnx_file, tmp_path):

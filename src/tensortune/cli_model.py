@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from tensortune.errors import TensortuneError
+from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
 from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS
@@ -37,6 +38,13 @@ def add_model_commands(sub: Any) -> None:
         action="store_true",
         help="warm-start each task's cost model from the model's tasks of its kind already "
         "measured (costmodel sampler; default: each task learns from its own trials alone)",
+    )
+    tune.add_argument(
+        "--source-weighting",
+        choices=SOURCE_WEIGHTINGS,
+        default=None,
+        help="with --warm-start-tasks: how the other tasks' studies weigh next to a task's own "
+        f"trials, as for tune --source-weighting (default {SOURCE_WEIGHTINGS[0]})",
     )
     tune.add_argument(
         "-o", "--output", default=None, help="folder to export to (default: MODEL-tuned)"
@@ -92,6 +100,8 @@ def tune_model_command(args: argparse.Namespace) -> None:
 
     if args.trials < 1:
         raise TensortuneError(f"--trials must be at least 1, got {args.trials}")
+    if args.source_weighting is not None and not args.warm_start_tasks:
+        raise TensortuneError("--source-weighting weighs --warm-start-tasks sources: give that too")
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
     program = _program(args)
@@ -100,6 +110,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,
         winograd=args.winograd, warm_start=args.warm_start_tasks,
+        source_weighting=args.source_weighting,
     )  # fmt: skip
     _export(tuning, output)
 

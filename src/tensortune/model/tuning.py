@@ -25,6 +25,7 @@ from tensortune.measure.worker_tasks import flushes_caches
 from tensortune.model.frontend import ModelProgram
 from tensortune.model.scheduler import TaskState, model_seconds, next_task
 from tensortune.model.tasks import NO_REWRITES, ModelTask, Rewrites, extract_tasks
+from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 from tensortune.trial_records import check_same_timing
 
@@ -108,6 +109,7 @@ def tune_model(
     prepack_weights: bool = False,
     winograd: bool = False,
     warm_start: bool = False,
+    source_weighting: str | None = None,
 ) -> ModelTuning:
     """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
     all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
@@ -137,6 +139,9 @@ def tune_model(
             nearest program first (`kin_sources`), as ``--transfer-from`` does for one
             operator. The ``costmodel`` sampler only. Default False: each task learns from
             its own trials alone.
+        source_weighting: How those sources weigh against a task's own trials, one of
+            `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
+            with `warm_start` only. Default None: ``"evidence"``.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
@@ -144,6 +149,13 @@ def tune_model(
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
     if warm_start and sampler != "costmodel":
         raise TensortuneError(f"warm-starting tasks needs the costmodel sampler, not {sampler}")
+    if source_weighting is not None and not warm_start:
+        raise TensortuneError("a source weighting weighs warm-start sources: warm-start the tasks")
+    if source_weighting is not None and source_weighting not in SOURCE_WEIGHTINGS:
+        raise TensortuneError(
+            f"unknown source weighting {source_weighting!r}; choose one of "
+            f"{', '.join(SOURCE_WEIGHTINGS)}"
+        )
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     tuning = model_tuning(
         program, target, storage, create=True, prepack_weights=prepack_weights, winograd=winograd
@@ -162,8 +174,9 @@ def tune_model(
     if any(tuning.tunable):
         with Measurer(tuning.templates[0], tuning.target, settings) as measurer:
             _tune_batches(
-                tuning, total_trials, storage, sampler, seed, batch_size, say, measurer, warm_start
-            )
+                tuning, total_trials, storage, sampler, seed, batch_size, say, measurer,
+                warm_start, source_weighting,
+            )  # fmt: skip
     _fail_stale(tuning)
     return tuning
 
@@ -188,6 +201,7 @@ def _tune_batches(
     say: Callable[[str], None],
     measurer: Measurer,
     warm_start: bool,
+    source_weighting: str | None,
 ) -> None:
     from tensortune.tuning import make_sampler, tune
 
@@ -211,7 +225,10 @@ def _tune_batches(
         if chosen is None or (sources and not getattr(chosen, "source_studies", ())):
             # A task's first sources come with a sampler of their own: a cold one chose its
             # features for no sources (`tensortune.CostModelSampler`).
-            chosen = make_sampler(sampler, seed, batch_size=batch_size, source_studies=sources)
+            chosen = make_sampler(
+                sampler, seed, batch_size=batch_size, source_studies=sources,
+                source_weighting=source_weighting,
+            )  # fmt: skip
             samplers[pick] = chosen
         elif sources:
             chosen.source_studies = sources  # read again where they changed
