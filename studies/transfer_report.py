@@ -13,6 +13,9 @@ not merge.
 
     python studies/transfer_report.py --merge studies/results/transfer-5seeds-* \
         --out studies/results/transfer-5seeds
+
+``--versus warm`` adds a table of every other warm mode ÷ the default warm mode, seed by seed,
+beside the one against cold: what two weightings are compared by.
 """
 
 from __future__ import annotations
@@ -39,15 +42,17 @@ CHECKPOINTS = (16, 32, 64, 128)
 SPEEDUP_GOALS = {"shapes": 3.0, "operators": 1.5}
 
 
-def report(out: str, trials: int) -> None:
+def report(out: str, trials: int, versus: tuple[str, ...] = ()) -> None:
     """Write ``transfer_summary.md`` and ``transfer.png`` in `out` from the CSVs there, for
-    studies of `trials` trials (an unreached level counts as ``trials + 1``)."""
+    studies of `trials` trials (an unreached level counts as ``trials + 1``), with a ratio
+    table against each warm mode in `versus` besides the one against cold (default none)."""
     rows = read_csv(os.path.join(out, "transfer.csv"))
     curves = read_csv(os.path.join(out, "transfer_curves.csv"))
     by_study = curves_by_study(curves)
     sections = [tuning_table(rows, trials)]
     if any(r.get(f"retimed@{trials}") for r in rows):
         sections += [retimed_table(rows, trials), ratio_table(rows, trials)]
+        sections += [ratio_table(rows, trials, mode) for mode in versus]
     if curves and rows[0].get("kind"):
         known = trials_to_known(rows, by_study, trials)
         sections += [known_table(rows, known, trials), goals_table(rows, known, trials)]
@@ -212,31 +217,33 @@ def retimed_table(rows: list[dict], trials: int) -> str:
     return "\n".join(lines)
 
 
-def pooled(rows: list[dict], mode: str, n: int) -> dict[str, float] | None:
-    """`geomean_interval` of `mode` ÷ cold, re-timed at `n` trials, over the seed pairs of
-    `rows` (same pair, cost model and seed)."""
-    colds = {
-        (r["pair"], r.get("cost_model", ""), r["seed"]): r for r in rows if r["mode"] == "cold"
+def pooled(rows: list[dict], mode: str, n: int, versus: str = "cold") -> dict[str, float] | None:
+    """`geomean_interval` of `mode` ÷ the mode `versus` (default cold), re-timed at `n`
+    trials, over the seed pairs of `rows` (same pair, cost model and seed)."""
+    bases = {
+        (r["pair"], r.get("cost_model", ""), r["seed"]): r for r in rows if r["mode"] == versus
     }
     logs = []
     for row in rows:
-        cold = colds.get((row["pair"], row.get("cost_model", ""), row["seed"]))
-        if row["mode"] == mode and cold and row.get(f"retimed@{n}") and cold.get(f"retimed@{n}"):
-            logs.append(math.log(float(row[f"retimed@{n}"]) / float(cold[f"retimed@{n}"])))
+        base = bases.get((row["pair"], row.get("cost_model", ""), row["seed"]))
+        if row["mode"] == mode and base and row.get(f"retimed@{n}") and base.get(f"retimed@{n}"):
+            logs.append(math.log(float(row[f"retimed@{n}"]) / float(base[f"retimed@{n}"])))
     return geomean_interval(logs)
 
 
-def ratio_table(rows: list[dict], trials: int) -> str:
-    """Each warm mode ÷ cold (re-timed), pooled per pair, per kind of pair and over all."""
+def ratio_table(rows: list[dict], trials: int, versus: str = "cold") -> str:
+    """Each other mode ÷ the mode `versus` (default cold; re-timed), pooled per pair, per kind
+    of pair and over all. Against a warm mode, cold is left out (its ratio is in the table
+    against cold)."""
     checkpoints = [n for n in CHECKPOINTS if n <= trials]
-    modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "cold"]
+    modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m not in (versus, "cold")]
     models = list(dict.fromkeys(r.get("cost_model", "") for r in rows))
     head = [
         "cost model",
         "mode",
         "pairs of",
         "seed pairs",
-        *(f"÷ cold @{n} [95 %]" for n in checkpoints),
+        *(f"÷ {versus} @{n} [95 %]" for n in checkpoints),
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model in models:
@@ -249,7 +256,7 @@ def ratio_table(rows: list[dict], trials: int) -> str:
         scopes.append(("all", mine))
         for mode in modes:
             for scope, these in scopes:
-                found = [pooled(these, mode, n) for n in checkpoints]
+                found = [pooled(these, mode, n, versus) for n in checkpoints]
                 count = max((f["pairs"] for f in found if f), default=0)
                 if count:
                     cells = [
@@ -262,8 +269,9 @@ def ratio_table(rows: list[dict], trials: int) -> str:
                     lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
-        "Geometric mean of the re-timed winner of each mode ÷ the cold study's (same pair, cost "
-        "model and seed), with the 2.5-97.5 % percentiles of bootstrap resamples of the pairs."
+        f"Geometric mean of the re-timed winner of each mode ÷ the {versus} study's (same pair, "
+        "cost model and seed), with the 2.5-97.5 % percentiles of bootstrap resamples of the "
+        "pairs."
     )
     return "\n".join(lines)
 
@@ -430,7 +438,17 @@ def main() -> None:
     parser.add_argument("--merge", nargs="+", default=None, metavar="FOLDER",
                         help="first write the rows of these runs' folders (other pairs, one "
                         "machine) together to --out (default: report --out as it is)")  # fmt: skip
+    parser.add_argument("--versus", nargs="+", default=[], metavar="MODE",
+                        help="also divide every other warm mode by each of these (default: "
+                        "only by cold)")  # fmt: skip
     args = parser.parse_args()
+    # Checked before a merge writes anything.
+    found = [os.path.join(f, "transfer.csv") for f in args.merge or [args.out]]
+    modes = {r["mode"] for path in found if os.path.isfile(path) for r in read_csv(path)}
+    unknown = [m for m in args.versus if m not in modes - {"cold"}]
+    if unknown:
+        parser.error(f"--versus {unknown[0]}: the rows hold no such warm mode "
+                     f"(they hold {', '.join(sorted(modes - {'cold'})) or 'none'})")  # fmt: skip
     if args.merge:
         try:
             merge(args.merge, args.out)
@@ -445,7 +463,7 @@ def main() -> None:
             trials = study_trials(read_csv(paths[1]))
         except ValueError as error:
             parser.error(str(error))
-    report(args.out, trials)
+    report(args.out, trials, tuple(args.versus))
 
 
 if __name__ == "__main__":
