@@ -283,6 +283,8 @@ def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, 
     for kwargs, message in [
         ({"source_weighting": "outranked"}, "warm-start the tasks"),
         ({"warm_start": True, "source_weighting": "loudest"}, "unknown source weighting"),
+        ({"sampler": "bogus"}, "unknown sampler 'bogus'"),
+        ({"seed": -1}, "seed must be an integer"),
     ]:
         with pytest.raises(TensortuneError, match=message):
             tune_model(program, 4, storage=f"sqlite:///{tmp_path / 'model.db'}", **kwargs)

@@ -182,10 +182,7 @@ def make_sampler(
             `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
             costmodel only. Default None (``evidence``).
     """
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32
-    ):  # what NumPy's and Optuna's generators take; anything else fails deep inside them
-        raise TensortuneError(f"seed must be an integer from 0 to 2**32 - 1, got {seed!r}")
+    check_sampler(name, seed)
     if name != "costmodel" and (acquisition, loss, cost_model, source_weighting) != (None,) * 4:
         raise TensortuneError(
             "--acquisition, --loss, --cost-model and --source-weighting apply to the costmodel "
@@ -221,6 +218,23 @@ def make_sampler(
     if name == "tpe":
         # constant_liar: trials asked in one batch see each other as pending, not as holes.
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+    return optuna.samplers.GPSampler(seed=seed)
+
+
+def check_sampler(name: str, seed: int | None = None) -> None:
+    """Raise `TensortuneError` with one line unless `make_sampler` can make sampler `name`
+    with `seed` (default None): for callers that must refuse before they write anything.
+
+    Args:
+        name: A sampler name, one of `SAMPLERS`.
+        seed: A seed, 0 to 2**32 - 1, or None. Default None.
+    """
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32
+    ):  # what NumPy's and Optuna's generators take; anything else fails deep inside them
+        raise TensortuneError(f"seed must be an integer from 0 to 2**32 - 1, got {seed!r}")
+    if name not in SAMPLERS:
+        raise TensortuneError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
     if name == "gp":
         import importlib.util
 
@@ -228,8 +242,6 @@ def make_sampler(
             raise TensortuneError(
                 "the gp sampler needs PyTorch: pip install 'tensortune[baselines]'"
             )
-        return optuna.samplers.GPSampler(seed=seed)
-    raise TensortuneError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
 
 def default_study_name(workload: Workload, target: dict[str, Any], space: str = SPACES[0]) -> str:

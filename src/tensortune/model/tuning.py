@@ -156,6 +156,9 @@ def tune_model(
             f"unknown source weighting {source_weighting!r}; choose one of "
             f"{', '.join(SOURCE_WEIGHTINGS)}"
         )
+    from tensortune.tuning import check_sampler
+
+    check_sampler(sampler, seed)  # before the storage is opened: nothing written
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     tuning = model_tuning(
         program, target, storage, create=True, prepack_weights=prepack_weights, winograd=winograd
