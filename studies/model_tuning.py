@@ -294,6 +294,46 @@ class Ledger:
         os.replace(self.path + ".tmp", self.path)
 
 
+class StudyUpTo:
+    """A study as it stood when the model's budget reached some count: only the trials in
+    `numbers`. It offers what `write_database` reads of a study (``study_name``,
+    ``user_attrs``, ``get_trials``), so that a budget built after a larger one was tuned (a
+    re-timing run) gets its own kernels, not the larger budget's."""
+
+    def __init__(self, study: optuna.Study, numbers: set[int]) -> None:
+        self.study, self.numbers = study, numbers
+        self.study_name, self.user_attrs = study.study_name, study.user_attrs
+
+    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list:
+        trials = self.study.get_trials(deepcopy=deepcopy, states=states)
+        return [t for t in trials if t.number in self.numbers]
+
+
+def studies_up_to(studies: list, budget: int) -> list:
+    """`studies` (a model's task studies, None for an untuned task) as they stood after the
+    first `budget` trials the model's budget counts (`task_state`'s), in the order they
+    finished; the studies themselves where they hold no more."""
+    from tensortune.trial_records import is_abandoned, is_finished, stale_among, study_trials
+
+    counted = []
+    for index, study in enumerate(studies):
+        if study is None:
+            continue
+        finished = [t for t in study_trials(study) if is_finished(t)]
+        stale = stale_among(study, finished)
+        counted += [(t.datetime_complete, index, t.number) for t in finished
+                    if not is_abandoned(t, stale)]  # fmt: skip
+    if len(counted) <= budget:
+        return list(studies)
+    kept: dict[int, set[int]] = {}
+    for _, index, number in sorted(counted)[:budget]:
+        kept.setdefault(index, set()).add(number)
+    return [
+        None if study is None else StudyUpTo(study, kept.get(index, set()))
+        for index, study in enumerate(studies)
+    ]
+
+
 class Arm(NamedTuple):
     """One arm of ours: its task studies, timing, rewrites and whether tasks warm-start."""
 
@@ -328,6 +368,10 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # (--warm-start-tasks) each task warm-started from the model's tasks of its kind; with
     # --cold-cache too, also both at once.
     variants = {"tensortune": Arm(storage)}
+    # (--beside) other plain studies of this model, tuned by other code, say: timed beside.
+    beside = dict(args.beside)
+    for label, url in beside.items():
+        variants[f"tensortune-{label}"] = Arm(url)
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
         variants["tensortune-cold"] = Arm(cold, MeasureSettings(flush_cache=True))
@@ -358,11 +402,12 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             )  # fmt: skip
             if system == "tensortune":  # the per-task rows and the profile are of this one
                 tuning = tuned_model
-            if key not in ledger:
+            if key not in ledger and system.removeprefix("tensortune-") not in beside:
                 ledger.record(key, previous + time.perf_counter() - start)
-            previous = ledger[key]
+            previous = ledger.seconds.get(key, 0.0)  # 0 for --beside: tuned elsewhere
             database = os.path.join(folder, f"db-{system}-{budget}")
-            write_database(tuned_model.tasks, tuned_model.studies, tuned_model.target, database)
+            studies = studies_up_to(tuned_model.studies, budget)  # resumed past it: cut back
+            write_database(tuned_model.tasks, studies, tuned_model.target, database)
             tuned = build(program, target, database, rewrites)
             check_outputs(run(tuned, inputs), expected)
             calls[key] = vm_call(tuned, inputs)
@@ -531,6 +576,10 @@ def main() -> None:
                         help="also ours with each task warm-started from the model's tasks of "
                         "its kind (tune_model's warm_start); with --cold-cache, also both at "
                         "once")  # fmt: skip
+    parser.add_argument("--beside", nargs="+", default=[], metavar="LABEL=STORAGE",
+                        help="also ours from the task studies in STORAGE (an Optuna URL; a "
+                        "run of other code, say), resumed to each budget and timed as "
+                        "tensortune-LABEL beside the rest (default none)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip
@@ -552,6 +601,10 @@ def main() -> None:
         parser.error("--budgets must be positive and ascending")
     if args.ms_population < 1:
         parser.error("--ms-population must be positive")
+    pairs = [item.partition("=") for item in args.beside]
+    if any(not label or not sep or not url for label, sep, url in pairs):
+        parser.error("--beside takes LABEL=STORAGE, e.g. new=sqlite:///work/resnet18.db")
+    args.beside = [(label, url) for label, _, url in pairs]
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     rows, tasks, split = [], [], []
@@ -561,6 +614,7 @@ def main() -> None:
         runs += "-prepacked" if args.prepack_weights else ""
         runs += "-winograd" if args.winograd else ""
         runs += "-warm" if args.warm_start_tasks else ""
+        runs += "".join(f"-{label}" for label, _ in args.beside)
         done = os.path.join(args.work, f"{name}-results-{runs}.json")
         if os.path.exists(done):
             with open(done) as f:

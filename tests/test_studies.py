@@ -569,6 +569,37 @@ def test_model_tuning_quick(tmp_path):
         assert sum(int(t["trials"]) for t in csv.DictReader(f)) == 16
 
 
+def test_a_smaller_budget_is_built_from_the_trials_up_to_it():
+    """A run that times budgets already tuned past (a re-timing) builds each from the trials
+    the model's budget counted up to it, in the order they finished, not from the best over
+    all of a study's trials."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, STUDIES)
+    try:
+        from model_tuning import studies_up_to
+    finally:
+        sys.path.remove(STUDIES)
+
+    start = datetime.datetime(2026, 11, 28)
+    x = optuna.distributions.IntDistribution(0, 9)
+    studies = [optuna.create_study(direction="maximize") for _ in range(2)]
+    for i in range(6):  # the two tasks take turns; every trial better than the one before
+        when = start + datetime.timedelta(seconds=i)
+        studies[i % 2].add_trial(optuna.trial.FrozenTrial(
+            number=0, state=optuna.trial.TrialState.COMPLETE, value=float(i), values=None,
+            datetime_start=when, datetime_complete=when, params={"x": i},
+            distributions={"x": x}, user_attrs={"cost_s": 1.0 / (i + 1)}, system_attrs={},
+            intermediate_values={}, trial_id=0,
+        ))  # fmt: skip
+    at_4 = studies_up_to([studies[0], None, studies[1]], 4)
+    assert at_4[1] is None
+    best = [max(v.get_trials(), key=lambda t: t.value).params["x"] for v in (at_4[0], at_4[2])]
+    assert best == [2, 3]  # trials 0-3 only, where the studies' own best are 4 and 5
+    assert at_4[0].study_name == studies[0].study_name
+    done = studies_up_to(studies, 6)  # nothing past the budget: the studies as they are
+    assert done[0] is studies[0] and done[1] is studies[1]
+
+
 def test_transfer_summary_per_cost_model(tmp_path):
     """With several cost models each mode is compared with its own model's cold study."""
     sys.path.insert(0, STUDIES)
