@@ -105,8 +105,6 @@ def test_tasks_are_the_fused_functions_named_by_their_structure(onnx_file):
     assert (conv.kind, matmul.kind) == ("conv2d", "matmul")
     assert conv.flops == 2 * 8 * 8 * 8 * 3 * 3 * 3
     assert matmul.flops == 2 * 10 * 8 * 8 * 8
-    # ... and by the terms each output sums: 3 channels x 3 x 3, and the linear layer's inputs.
-    assert (conv.reduction, matmul.reduction) == (3 * 3 * 3, 8 * 8 * 8)
 
 
 @pytest.mark.slow

@@ -10,23 +10,18 @@ from tensortune.model.scheduler import (
     SIMILAR_REACH,
     TaskState,
     expected_gain,
+    group_flops_per_s,
     model_seconds,
     next_task,
-    peer_flops_per_s,
 )
 from tensortune.model.tasks import ModelTask
 
 
 def _flat(
-    best: float,
-    trials: int,
-    weight: int = 1,
-    flops: float = 0.0,
-    group: str = "",
-    reduction: int = 0,
+    best: float, trials: int, weight: int = 1, flops: float = 0.0, group: str = ""
 ) -> TaskState:
     """A task that found `best` seconds at its first trial and nothing better since."""
-    return TaskState(weight, (best,) * trials, flops, group, reduction)
+    return TaskState(weight, (best,) * trials, flops, group)
 
 
 def test_every_task_gets_one_batch_first_and_a_failed_task_is_retried_first():
@@ -51,37 +46,16 @@ def test_a_stalled_task_far_below_its_kind_gets_the_batch_and_a_lone_kind_gets_n
     fast = _flat(1e-3, 40, flops=1e8, group="conv2d")
     stuck = _flat(4e-3, 24, flops=1e8, group="conv2d")
     matmul = TaskState(1, (8.8e-3,) * 30 + (8e-3,) * 10, 1e9, "matmul")
-    reach = peer_flops_per_s([fast, stuck, matmul])
-    assert reach == [pytest.approx(1e11)] * 2 + [0.0]  # the matmul is alone in its kind
+    reach = group_flops_per_s([fast, stuck, matmul])
+    assert reach == {"conv2d": pytest.approx(1e11)}  # the matmul is alone in its kind
     assert next_task([fast, stuck, matmul], batch=8) == 1
     # Its forward term is the way to half the best FLOP/s of its kind: 4 ms -> 2 ms.
-    reachable = SIMILAR_REACH * stuck.flops / reach[1]
-    assert expected_gain(stuck, reach[1]) == pytest.approx(4e-3 - reachable)
+    reachable = SIMILAR_REACH * stuck.flops / reach["conv2d"]
+    assert expected_gain(stuck, reach["conv2d"]) == pytest.approx(4e-3 - reachable)
     # Without the group's guess it would lose to the matmul (only 1/24 of its share).
     assert expected_gain(stuck) < expected_gain(matmul)
     # A task already within reach of its kind's best keeps the optimistic 1/trials.
-    assert expected_gain(fast, reach[0]) == pytest.approx(1e-3 / 40)
-
-
-def test_a_task_is_measured_only_against_peers_that_reduce_no_more_terms():
-    # ResNet-18's case: a 1x1 convolution over 64 channels at 40 GFLOP/s beside 3x3 ones over
-    # 576 and 4608 terms at 130 and 120, and a 3x3 one stuck at 30.
-    one_by_one = _flat(0.32e-3, 120, flops=12.8e6, group="conv2d", reduction=64)
-    early = _flat(1.78e-3, 80, flops=231e6, group="conv2d", reduction=576)
-    late = _flat(1.93e-3, 80, flops=231e6, group="conv2d", reduction=4608)
-    stuck = _flat(7.7e-3, 24, flops=231e6, group="conv2d", reduction=2304)
-    reach = peer_flops_per_s([one_by_one, early, late, stuck])
-    # The 1x1 one is its own only peer: no guess beyond 1/trials, where against the whole
-    # kind it was expected to gain (0.32 - 0.098) / 0.32 of its time.
-    assert reach[0] == pytest.approx(one_by_one.flops_per_s)
-    assert expected_gain(one_by_one, reach[0]) == pytest.approx(0.32e-3 / 120)
-    # The longest reduction is measured against every one of its kind, the stuck task against
-    # the shorter ones, the 576-term one itself among them: their guesses are as before.
-    assert reach[1] == reach[2] == reach[3] == pytest.approx(early.flops_per_s)
-    assert next_task([one_by_one, early, late, stuck], batch=8) == 3
-    # Where either reduction is unknown, the whole kind is compared, as before.
-    unknown = _flat(0.32e-3, 120, flops=12.8e6, group="conv2d")
-    assert peer_flops_per_s([unknown, early])[0] == pytest.approx(early.flops_per_s)
+    assert expected_gain(fast, reach["conv2d"]) == pytest.approx(1e-3 / 40)
 
 
 def test_the_model_estimate_adds_each_share_and_is_unknown_until_every_task_ran():

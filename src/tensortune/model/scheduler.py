@@ -5,18 +5,14 @@ A task's share of one model run is ``weight × best seconds``. Each next batch g
 with the largest expected gain: its share times the relative improvement it made over its last
 `WINDOW` trials (the backward gradient), plus a forward term, the larger of two guesses of what
 more trials will bring (Ansor's two): an optimistic ``1 / trials`` that keeps young tasks from
-starving, and the distance to what its peers already reach, a task at under
-``1 / SIMILAR_REACH`` of its peers' best FLOP/s being expected to get there. A task's peers
-are the tasks of its kind (the model's other convolutions, say) whose main computation sums
-no more terms per output than its own: a short reduction does little arithmetic per output it
-writes and per input it reads, so a 1x1 convolution over 64 channels is not expected to reach
-the rate of a 3x3 one over 576 terms. That guess is what sends trials to a heavy task that
+starving, and the distance to what tasks of its kind already reach, a task at under
+``1 / SIMILAR_REACH`` of the best FLOP/s of its group (the model's other convolutions, say)
+being expected to get there. That second guess is what sends trials to a heavy task that
 stalled on a poor kernel: ResNet-18's 512-channel 3x3 convolution once kept a third of the
 FLOP/s of the 256-channel one after 24 trials while the first guess alone gave it no more.
-Measured against the whole kind, it also kept a small 1x1 convolution in play for 164 of
-ResNet-18's 1000 trials; fading the guess as ``WINDOW / trials`` stopped that but left the
-model's estimate 12-18 % behind at 500 trials on two seeds (``studies/README.md``), so the
-guess stays whole and the peers are chosen instead.
+It also keeps a small task that cannot reach its kind's rate in play (a 1x1 convolution took
+164 of ResNet-18's 1000 trials); fading the guess as ``WINDOW / trials`` stopped that, but left
+the model's estimate 12-18 % behind at 500 trials on two seeds (``studies/README.md``).
 Every task first gets one batch. Plain functions of the tasks' states; no study in here.
 """
 
@@ -43,16 +39,12 @@ class TaskState:
         flops: Floating-point operations of one call. Default 0: unknown, no group guess.
         group: The kind of task (see `tensortune.model.tasks.ModelTask.kind`) whose best
             FLOP/s this one is expected to approach. Default ``""``: none.
-        reduction: Terms its main computation sums per output element (see
-            `tensortune.model.tasks.ModelTask.reduction`); only tasks of its group reducing no
-            more terms are its peers. Default 0: unknown, every task of its group is.
     """
 
     weight: int
     bests: tuple[float, ...]
     flops: float = 0.0
     group: str = ""
-    reduction: int = 0
 
     @property
     def trials(self) -> int:
@@ -68,14 +60,14 @@ class TaskState:
         return self.flops / self.best if self.flops > 0 and math.isfinite(self.best) else 0.0
 
 
-def expected_gain(state: TaskState, peer_flops_per_s: float = 0.0, window: int = WINDOW) -> float:
+def expected_gain(state: TaskState, group_flops_per_s: float = 0.0, window: int = WINDOW) -> float:
     """Seconds of one model run the task's next batch is expected to save (a score: only the
     order matters); ``inf`` for a task that has no successful trial yet.
 
     Args:
         state: The task.
-        peer_flops_per_s: The best FLOP/s of its peers (`peer_flops_per_s`). Default 0: no
-            guess from its peers.
+        group_flops_per_s: The best FLOP/s among the tasks of its group. Default 0: no guess
+            from the group.
         window: Trials of the backward gradient. Default `WINDOW`.
     """
     if not math.isfinite(state.best):
@@ -84,32 +76,24 @@ def expected_gain(state: TaskState, peer_flops_per_s: float = 0.0, window: int =
     before = state.bests[-window - 1] if state.trials > window else state.bests[0]
     improvement = (before - state.best) / before if math.isfinite(before) else 1.0
     forward = 1.0 / state.trials
-    if state.flops > 0 and peer_flops_per_s > 0:
-        reachable_s = SIMILAR_REACH * state.flops / peer_flops_per_s
+    if state.flops > 0 and group_flops_per_s > 0:
+        reachable_s = SIMILAR_REACH * state.flops / group_flops_per_s
         forward = max(forward, (state.best - reachable_s) / state.best)
     return share * (improvement + forward)
 
 
-def peer_flops_per_s(states: Sequence[TaskState]) -> list[float]:
-    """Per task, the best FLOP/s reached by its peers, itself among them: the tasks of its
-    group that reduce no more terms per output (all of the group where either reduction is
-    unknown). 0 for a task alone in its group, or with none: nothing to compare with."""
+def group_flops_per_s(states: Sequence[TaskState]) -> dict[str, float]:
+    """Per group of two or more tasks, the best FLOP/s any of them reached (a task alone in
+    its group has nothing to compare with)."""
     members: dict[str, list[TaskState]] = {}
     for state in states:
         if state.group:
             members.setdefault(state.group, []).append(state)
-
-    def peers(state: TaskState) -> list[TaskState]:
-        alike = members.get(state.group, [])
-        if len(alike) < 2:
-            return []
-        return [
-            other
-            for other in alike
-            if not (state.reduction and other.reduction) or other.reduction <= state.reduction
-        ]
-
-    return [max((s.flops_per_s for s in peers(state)), default=0.0) for state in states]
+    return {
+        group: max(s.flops_per_s for s in alike)
+        for group, alike in members.items()
+        if len(alike) > 1
+    }
 
 
 def next_task(states: Sequence[TaskState], batch: int) -> int:
@@ -120,8 +104,8 @@ def next_task(states: Sequence[TaskState], batch: int) -> int:
     for index, state in enumerate(states):
         if state.trials < batch:
             return index
-    reach = peer_flops_per_s(states)
-    gains = [expected_gain(s, r) for s, r in zip(states, reach, strict=True)]
+    reach = group_flops_per_s(states)
+    gains = [expected_gain(s, reach.get(s.group, 0.0)) for s in states]
     return max(range(len(states)), key=lambda i: gains[i])
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -50,16 +49,6 @@ class ModelTask:
     def flops(self) -> float:
         """Floating-point operations of one call (its workload's ``flop_count``)."""
         return self.workload().flop_count
-
-    @functools.cached_property
-    def reduction(self) -> int:
-        """Terms its main computation sums per output element (1 where it reduces nothing):
-        the product of that computation's reduction extents
-        (`tensortune.sampler.transfer.loop_extents`), 576 for a 3x3 convolution over 64
-        channels."""
-        from tensortune.sampler.transfer import loop_extents
-
-        return math.prod(loop_extents(self.workload())[1])
 
     @property
     def workload_name(self) -> str:

@@ -81,7 +81,7 @@ def task_state(task: ModelTask, study: optuna.Study | None) -> TaskState:
     from tensortune.trial_records import is_abandoned, is_finished, stale_among, study_trials
 
     if study is None:
-        return TaskState(task.weight, (), task.flops, task.kind, task.reduction)
+        return TaskState(task.weight, (), task.flops, task.kind)
     finished = [t for t in study_trials(study) if is_finished(t)]
     stale = stale_among(study, finished)
     best, bests = math.inf, []
@@ -92,7 +92,7 @@ def task_state(task: ModelTask, study: optuna.Study | None) -> TaskState:
         if trial.state == optuna.trial.TrialState.COMPLETE and seconds:
             best = min(best, float(seconds))
         bests.append(best)
-    return TaskState(task.weight, tuple(bests), task.flops, task.kind, task.reduction)
+    return TaskState(task.weight, tuple(bests), task.flops, task.kind)
 
 
 def tune_model(
