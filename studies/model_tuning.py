@@ -604,6 +604,10 @@ def main() -> None:
     pairs = [item.partition("=") for item in args.beside]
     if any(not label or not sep or not url for label, sep, url in pairs):
         parser.error("--beside takes LABEL=STORAGE, e.g. new=sqlite:///work/resnet18.db")
+    labels = [label for label, _, _ in pairs]
+    ours = {"cold", "prepacked", "warm", "cold-warm", "winograd", "winograd-prepacked"}
+    if len(set(labels)) < len(labels) or ours & set(labels):
+        parser.error(f"--beside labels must differ from each other and from {sorted(ours)}")
     args.beside = [(label, url) for label, _, url in pairs]
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)

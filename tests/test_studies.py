@@ -678,6 +678,40 @@ def test_transfer_report_pools_retimed_ratios_and_judges_the_goals(tmp_path):
     assert "across operators (xgb) | not measured here |" in goals[2]
 
 
+def test_transfer_report_divides_by_a_warm_mode_and_refuses_one_it_lacks(tmp_path):
+    """``--versus warm``: every other warm mode ÷ the warm study of the same seed, beside the
+    table against cold; a mode the rows lack is one line, exit 2, before a merge writes."""
+    transfer_report = studies_module("transfer_report")
+    write_csv = studies_module("results_io").write_csv
+    retimed = {"cold": (10.0, 20.0, 30.0), "warm": (20.0, 20.0, 15.0)}
+    retimed["warm-outranked"] = (40.0, 20.0, 30.0)
+    rows, curves = [], []
+    for mode, values in retimed.items():
+        for seed in (0, 1):
+            at = dict(zip(("retimed@16", "retimed@32", "retimed@64"), values, strict=True))
+            rows.append({"pair": "p", "kind": "shapes", "target": "t", "mode": mode,
+                         "seed": seed, "trials_to_90pct_cold": 10, "wall_s": 1, **at})  # fmt: skip
+            curves += [{"pair": "p", "mode": mode, "seed": seed, "trial": i, "best_gflops": i}
+                       for i in range(1, 65)]  # fmt: skip
+    write_csv(str(tmp_path / "transfer.csv"), rows)
+    write_csv(str(tmp_path / "transfer_curves.csv"), curves)
+    transfer_report.report(str(tmp_path), 64, ("warm",))
+    text = (tmp_path / "transfer_summary.md").read_text()
+    against_warm = text[text.index("÷ warm @16") :]
+    assert "| xgb | warm-outranked | p | 2 | 2.00 [2.00, 2.00] | 1.00 [1.00, 1.00] | 2.00" in (
+        against_warm
+    )
+    assert "| xgb | cold |" not in against_warm  # cold ÷ warm is the other table, inverted
+    out = tmp_path / "merged"
+    refused = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "transfer_report.py"), "--merge", str(tmp_path),
+         "--out", str(out), "--versus", "warm-evidence"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "no such warm mode" in refused.stderr.splitlines()[-1]
+    assert not out.exists()
+
+
 def test_transfer_report_reads_the_best_at_cold_wall_time(tmp_path):
     """The wall-time section: each warm study's best by the time its seed's cold study ended,
     over cold's best; a warm study twice as slow per trial is judged at half its trials."""
