@@ -1,0 +1,87 @@
+"""Why our kernels take longer in a model than alone: each task's best kernel timed alone
+(repeated runs on the same warm data, as tuning times it) and in the model (all its calls of
+a run, `kernel_profile.kernel_times`), in one process, at the thread count of this process
+(``TVM_NUM_THREADS``). Run it once per thread count and compare: a gap that shrinks on one
+thread comes from the threads (data a kernel's other thread wrote, a pool waking up), one that
+stays comes from the data (weights and activations cold in the model).
+
+    TVM_NUM_THREADS=1 python studies/in_model_gap.py --storage sqlite:///work/resnet18.db \
+        --out studies/results/in-model-gap/threads-1.csv
+    TVM_NUM_THREADS=2 python studies/in_model_gap.py ... --out .../threads-2.csv
+
+The storage holds a finished `model_tuning.py` run's task studies (its ``<model>.db``); nothing
+is tuned. Writes one row per task: weight, µs alone (all its calls of a run), µs in the model,
+and their ratio, and prints the sums.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+import model_zoo
+import numpy as np
+from kernel_profile import kernel_times
+from results_io import write_csv
+
+from tensortune.model import build, from_torch
+from tensortune.model.database import best_config, write_database
+from tensortune.model.tuning import model_tuning
+from tensortune.target import make_target, target_spec
+from tensortune.templates.metaschedule import MetaScheduleTemplate
+
+
+def alone_seconds(task: object, config: dict, target: dict, seed: int = 0) -> float:
+    """Median seconds of one call of `task`'s kernel for `config`, repeated on warm data."""
+    import tvm
+
+    workload = task.workload()  # type: ignore[attr-defined]
+    rng = np.random.default_rng(seed)
+    arrays = [
+        tvm.runtime.tensor(rng.uniform(-1, 1, s).astype(d) if inp else np.zeros(s, d))
+        for s, d, inp in workload.argument_specs()
+    ]
+    schedule = MetaScheduleTemplate(workload, target).apply(config)
+    module = tvm.compile(schedule.mod, target=make_target(target)).jit()
+    timer = module.time_evaluator("main", tvm.cpu(), min_repeat_ms=50, repeat=5)
+    return float(timer(*arrays).median)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--model", default="resnet18", choices=model_zoo.MODELS)
+    parser.add_argument("--storage", required=True, help="the run's task studies (Optuna URL)")
+    parser.add_argument("--out", required=True, help="the CSV to write")
+    args = parser.parse_args()
+    net, example = model_zoo.model(args.model)
+    program = from_torch(net, example, name=args.model)
+    target = target_spec("llvm")
+    tuning = model_tuning(program, target, args.storage)
+    database = tempfile.mkdtemp(prefix="in-model-gap-")
+    write_database(tuning.tasks, tuning.studies, tuning.target, database)
+    in_model = kernel_times(build(program, target, database), [t.numpy() for t in example])
+    rows = []
+    for task, study in zip(tuning.tasks, tuning.studies, strict=True):
+        found = best_config(study)
+        measured = in_model["functions"].get(task.name)
+        if found is None or measured is None:
+            continue
+        alone = alone_seconds(task, found[0], tuning.target) * task.weight
+        rows.append({
+            "task": task.name, "weight": task.weight, "alone_us": round(alone * 1e6, 1),
+            "in_model_us": round(measured["seconds"] * 1e6, 1),
+            "ratio": round(measured["seconds"] / alone, 3),
+        })  # fmt: skip
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    write_csv(args.out, rows)
+    alone_ms = sum(r["alone_us"] for r in rows) / 1e3
+    model_ms = sum(r["in_model_us"] for r in rows) / 1e3
+    threads = os.environ.get("TVM_NUM_THREADS", "all cores")
+    run_ms = in_model["run_seconds"] * 1e3
+    print(f"threads {threads}: tuned kernels {alone_ms:.2f} ms alone, {model_ms:.2f} ms in the "
+          f"model ({model_ms / alone_ms:.2f}x); whole run {run_ms:.2f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
