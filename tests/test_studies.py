@@ -567,6 +567,16 @@ def test_model_tuning_quick(tmp_path):
     }
     with open(tmp_path / "model_tasks.csv") as f:
         assert sum(int(t["trials"]) for t in csv.DictReader(f)) == 16
+    # in_model_gap.py on those studies: each tuned task's best kernel alone and in the model.
+    gap = tmp_path / "gap.csv"
+    subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "in_model_gap.py"), "--model", "tiny-cnn",
+         "--storage", f"sqlite:///{work / 'tiny-cnn.db'}", "--out", str(gap)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with open(gap) as f:
+        found = list(csv.DictReader(f))
+    assert found and all(float(r["alone_us"]) > 0 and float(r["ratio"]) > 0 for r in found)
 
 
 def test_a_smaller_budget_is_built_from_the_trials_up_to_it():
