@@ -363,8 +363,9 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # Ours as users get it, and (--cold-cache) tuned on timings with the weights flushed from
     # the caches, in studies of its own: side by side in the round-robin below.
     # (--prepack-weights) tuned with each weight packed once at build time, as ONNX Runtime
-    # does, and (--winograd) with Winograd convolutions (packed too with both flags): other
-    # tasks, so studies of their own.
+    # does, (--winograd) with Winograd convolutions and (--channels-last) with NHWC
+    # convolutions (each packed too with --prepack-weights): other tasks, so studies of their
+    # own.
     # (--warm-start-tasks) each task warm-started from the model's tasks of its kind; with
     # --cold-cache too, also both at once.
     variants = {"tensortune": Arm(storage)}
@@ -382,6 +383,10 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         system = "tensortune-winograd" + ("-prepacked" if args.prepack_weights else "")
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
         variants[system] = Arm(url, rewrites=Rewrites(args.prepack_weights, winograd=True))
+    if args.channels_last:
+        system = "tensortune-channels-last" + ("-prepacked" if args.prepack_weights else "")
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
+        variants[system] = Arm(url, rewrites=Rewrites(args.prepack_weights, channels_last=True))
     if args.warm_start_tasks:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-warm.db')}"
         variants["tensortune-warm"] = Arm(url, warm_start=True)
@@ -398,7 +403,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             tuned_model = tune_model(
                 program, budget, target, storage=url, seed=args.seed, settings=settings,
                 prepack_weights=rewrites.prepack_weights, winograd=rewrites.winograd,
-                warm_start=warm,
+                channels_last=rewrites.channels_last, warm_start=warm,
             )  # fmt: skip
             if system == "tensortune":  # the per-task rows and the profile are of this one
                 tuning = tuned_model
@@ -572,6 +577,9 @@ def main() -> None:
     parser.add_argument("--winograd", action="store_true",
                         help="also ours tuned with Winograd convolutions (tune_model's "
                         "winograd; with --prepack-weights, packed too)")  # fmt: skip
+    parser.add_argument("--channels-last", action="store_true",
+                        help="also ours tuned with NHWC convolutions (tune_model's "
+                        "channels_last; with --prepack-weights, packed too)")  # fmt: skip
     parser.add_argument("--warm-start-tasks", action="store_true",
                         help="also ours with each task warm-started from the model's tasks of "
                         "its kind (tune_model's warm_start); with --cold-cache, also both at "
@@ -605,7 +613,8 @@ def main() -> None:
     if any(not label or not sep or not url for label, sep, url in pairs):
         parser.error("--beside takes LABEL=STORAGE, e.g. new=sqlite:///work/resnet18.db")
     labels = [label for label, _, _ in pairs]
-    ours = {"cold", "prepacked", "warm", "cold-warm", "winograd", "winograd-prepacked"}
+    ours = {"cold", "prepacked", "warm", "cold-warm", "winograd", "winograd-prepacked",
+            "channels-last", "channels-last-prepacked"}  # fmt: skip
     if len(set(labels)) < len(labels) or ours & set(labels):
         parser.error(f"--beside labels must differ from each other and from {sorted(ours)}")
     args.beside = [(label, url) for label, _, url in pairs]
@@ -617,6 +626,7 @@ def main() -> None:
         runs = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
         runs += "-prepacked" if args.prepack_weights else ""
         runs += "-winograd" if args.winograd else ""
+        runs += "-channels-last" if args.channels_last else ""
         runs += "-warm" if args.warm_start_tasks else ""
         runs += "".join(f"-{label}" for label, _ in args.beside)
         done = os.path.join(args.work, f"{name}-results-{runs}.json")

@@ -84,6 +84,13 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
         "their weights transformed once at build time (CPU targets; its tasks' studies are "
         "apart from those of a run without it; default: off)",
     )
+    parser.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="compute convolutions on NHWC data, so that kernels vectorize along the output "
+        "channels; inputs and outputs keep their layout (CPU targets; not with --winograd; "
+        "its tasks' studies are apart from those of a run without it; default: off)",
+    )
 
 
 def _program(args: argparse.Namespace) -> Any:
@@ -109,7 +116,8 @@ def tune_model_command(args: argparse.Namespace) -> None:
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,
-        winograd=args.winograd, warm_start=args.warm_start_tasks,
+        winograd=args.winograd, channels_last=args.channels_last,
+        warm_start=args.warm_start_tasks,
         source_weighting=args.source_weighting,
     )  # fmt: skip
     _export(tuning, output)
@@ -120,7 +128,7 @@ def best_model_command(args: argparse.Namespace) -> None:
 
     tuning = model_tuning(
         _program(args), args.target, args.storage, prepack_weights=args.prepack_weights,
-        winograd=args.winograd,
+        winograd=args.winograd, channels_last=args.channels_last,
     )  # fmt: skip
     print(f"model     {tuning.program.name}: {len(tuning.tasks)} tasks")
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
@@ -140,7 +148,7 @@ def export_model_command(args: argparse.Namespace) -> None:
 
     tuning = model_tuning(
         _program(args), args.target, args.storage, prepack_weights=args.prepack_weights,
-        winograd=args.winograd,
+        winograd=args.winograd, channels_last=args.channels_last,
     )  # fmt: skip
     _export(tuning, args.output)
 

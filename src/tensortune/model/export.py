@@ -84,6 +84,7 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
             "tuned_kernels": count,
             "prepack_weights": tuning.rewrites.prepack_weights,
             "winograd": tuning.rewrites.winograd,
+            "channels_last": tuning.rewrites.channels_last,
             "checked_against": program.reference_name or "TVM's untuned build",
             "max_error": error,
             "tuned_ms": report.tuned_s * 1e3,

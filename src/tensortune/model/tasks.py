@@ -95,10 +95,23 @@ class Rewrites:
         winograd: Compute the model's 3x3 convolutions of stride 1 as Winograd convolutions
             of their weights transformed at build time (`tensortune.model.winograd`).
             Default False.
+        channels_last: Compute the model's convolutions on NHWC data (channels innermost,
+            PyTorch's ``channels_last``), converted by TVM's ``ConvertLayout``: the model's
+            input and output keep their layout, and the weights are transposed at build time.
+            A kernel can then vectorize along the output channels, which every layer has many
+            of, where in NCHW it vectorizes along the width, 7 in ResNet's last stage. Not with
+            `winograd`, whose convolutions are NCHW. Default False.
     """
 
     prepack_weights: bool = False
     winograd: bool = False
+    channels_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.winograd and self.channels_last:
+            raise TensortuneError(
+                "Winograd convolutions are NCHW: choose Winograd or channels-last, not both"
+            )
 
     def names(self) -> list[str]:
         """The names of the rewrites chosen, e.g. ``["winograd"]``."""
@@ -115,23 +128,34 @@ class Rewrites:
             )
 
 
+#: The data and weight layouts of channels-last convolutions: output channels innermost in the
+#: weights too (TOPI's NHWC layout), so that a kernel vectorizing along them loads contiguous
+#: weights even unpacked (with `Rewrites.prepack_weights` it packs them as it likes anyway).
+CHANNELS_LAST = ["NHWC", "HWIO"]
 #: No rewrite: the model's functions as TVM fuses them (the default everywhere).
 NO_REWRITES = Rewrites()
 #: How errors name each of `Rewrites`' fields.
-_REWRITE_NAMES = {"prepack_weights": "weight packing", "winograd": "Winograd convolution"}
+_REWRITE_NAMES = {
+    "prepack_weights": "weight packing",
+    "winograd": "Winograd convolution",
+    "channels_last": "channels-last convolution",
+}
 
 
 def task_passes(target: Any, rewrites: Rewrites = NO_REWRITES) -> list[Any]:
     """The passes from a Relax model to the functions its tasks and the database key on:
-    the Winograd rewrite if chosen (`Rewrites`, default none), `fusion_passes`, then the
-    weights marked layout-free if chosen."""
+    the Winograd or channels-last rewrite if chosen (`Rewrites`, default none),
+    `fusion_passes` (whose ``FoldConstant`` transposes the weights for channels-last), then
+    the weights marked layout-free if chosen."""
     from tvm import relax
 
     from tensortune.model.winograd import conv2d_to_winograd
 
-    winograd = [conv2d_to_winograd()] if rewrites.winograd else []
+    layout = [conv2d_to_winograd()] if rewrites.winograd else []
+    if rewrites.channels_last:
+        layout.append(relax.transform.ConvertLayout({"relax.nn.conv2d": CHANNELS_LAST}))
     packing = [relax.transform.AttachAttrLayoutFreeBuffers()] if rewrites.prepack_weights else []
-    return winograd + fusion_passes(target) + packing
+    return layout + fusion_passes(target) + packing
 
 
 def extract_tasks(mod: Any, target: Any, rewrites: Rewrites = NO_REWRITES) -> list[ModelTask]:

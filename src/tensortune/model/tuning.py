@@ -108,6 +108,7 @@ def tune_model(
     settings: MeasureSettings | None = None,
     prepack_weights: bool = False,
     winograd: bool = False,
+    channels_last: bool = False,
     warm_start: bool = False,
     source_weighting: str | None = None,
 ) -> ModelTuning:
@@ -133,6 +134,11 @@ def tune_model(
             weights) as Winograd F(4x4, 3x3) convolutions, whose weights are transformed once
             at build time (`tensortune.model.winograd`; CPU targets only). Other tasks, so
             other studies, as with `prepack_weights`. Default False.
+        channels_last: Compute the model's convolutions on NHWC data, converted by TVM's
+            ``ConvertLayout`` (the model's inputs and outputs keep their layout; CPU targets
+            only; not with `winograd`): a kernel can vectorize along the output channels
+            (`tensortune.model.tasks.Rewrites`). Other tasks, so other studies, as with
+            `prepack_weights`. Default False.
         warm_start: Warm-start each batch's cost model from the studies of the model's
             other tasks of the same kind (`tensortune.model.tasks.ModelTask.kind`) that have
             a measured kernel, up to `tensortune.sampler.transfer.AUTO_SOURCES` of them,
@@ -161,8 +167,9 @@ def tune_model(
     check_sampler(sampler, seed)  # before the storage is opened: nothing written
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     tuning = model_tuning(
-        program, target, storage, create=True, prepack_weights=prepack_weights, winograd=winograd
-    )
+        program, target, storage, create=True, prepack_weights=prepack_weights,
+        winograd=winograd, channels_last=channels_last,
+    )  # fmt: skip
     cold = flushes_caches(settings or MeasureSettings(), tuning.target["kind"])
     for study in tuning.studies:  # every task before any is measured: nothing half-done
         if study is not None:
@@ -308,6 +315,7 @@ def model_tuning(
     create: bool = False,
     prepack_weights: bool = False,
     winograd: bool = False,
+    channels_last: bool = False,
 ) -> ModelTuning:
     """Where the tuning of `program` stands in `storage`: its tasks and their studies, tuning
     nothing.
@@ -319,13 +327,14 @@ def model_tuning(
         create: Whether a missing SQLite file may be created. Default False: it is an error.
         prepack_weights: As for `tune_model`. Default False.
         winograd: As for `tune_model`. Default False.
+        channels_last: As for `tune_model`. Default False.
     """
     from tensortune.storage import open_storage
     from tensortune.target import make_target, target_spec
     from tensortune.tuning import default_study_name
 
     spec = target_spec(target)
-    rewrites = Rewrites(prepack_weights=prepack_weights, winograd=winograd)
+    rewrites = Rewrites(prepack_weights, winograd, channels_last)
     rewrites.check_target(spec["kind"])
     tasks = extract_tasks(program.mod, make_target(spec), rewrites)
     if not tasks:
