@@ -53,14 +53,18 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18", choices=model_zoo.MODELS)
     parser.add_argument("--storage", required=True, help="the run's task studies (Optuna URL)")
     parser.add_argument("--out", required=True, help="the CSV to write")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="the studies are of channels-last tasks (model_tuning.py's "
+                        "--channels-last arm; default: NCHW, its plain arm)")  # fmt: skip
     args = parser.parse_args()
     net, example = model_zoo.model(args.model)
     program = from_torch(net, example, name=args.model)
     target = target_spec("llvm")
-    tuning = model_tuning(program, target, args.storage)
+    tuning = model_tuning(program, target, args.storage, channels_last=args.channels_last)
     database = tempfile.mkdtemp(prefix="in-model-gap-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
-    in_model = kernel_times(build(program, target, database), [t.numpy() for t in example])
+    built = build(program, target, database, tuning.rewrites)
+    in_model = kernel_times(built, [t.numpy() for t in example])
     rows = []
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         found = best_config(study)

@@ -30,7 +30,9 @@ def estimate_curve(model: str, storage: str) -> list[tuple[float, float]]:
     seconds since the first trial began, and the model's estimate (ms) after it (inf until
     every tuned task has a kernel)."""
     net, example = model_zoo.model(model)
-    tuning = model_tuning(from_torch(net, example, name=model), "llvm", storage)
+    # The plain arm of model_tuning.py: NCHW, as it tunes it.
+    program = from_torch(net, example, name=model)
+    tuning = model_tuning(program, "llvm", storage, channels_last=False)
     ended = []
     for index, study in enumerate(tuning.studies):
         if study is None:

@@ -360,8 +360,9 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # from the last finished one: ours resume their studies, MetaSchedule's databases stay.
     ledger = Ledger(os.path.join(args.work, f"{name}-seconds.json"))
     tuning = None
-    # Ours as users get it, and (--cold-cache) tuned on timings with the weights flushed from
-    # the caches, in studies of its own: side by side in the round-robin below.
+    # Ours in NCHW (users' default until channels-last became it; every earlier run's arm),
+    # and (--cold-cache) tuned on timings with the weights flushed from the caches, in
+    # studies of its own: side by side in the round-robin below.
     # (--prepack-weights) tuned with each weight packed once at build time, as ONNX Runtime
     # does, (--winograd) with Winograd convolutions and (--channels-last) with NHWC
     # convolutions (each packed too with --prepack-weights): other tasks, so studies of their
@@ -465,7 +466,9 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     inputs = [t.numpy() for t in example]
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     # The studies already hold the largest budget: this tunes nothing.
-    tuning = tune_model(program, budgets[-1], target, storage=storage, seed=args.seed)
+    tuning = tune_model(
+        program, budgets[-1], target, storage=storage, seed=args.seed, channels_last=False
+    )  # the plain arm's studies: NCHW
     database = tempfile.mkdtemp(prefix=f"{name}-profile-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
     builds = {f"tensortune@{budgets[-1]}": build(program, target, database)}

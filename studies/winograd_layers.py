@@ -74,7 +74,7 @@ def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
             start = time.perf_counter()
             tuning = tune_model(
                 program, args.trials, target, storage=storage, seed=seed, prepack_weights=True,
-                winograd=system == "winograd", progress=lambda line: None,
+                winograd=system == "winograd", channels_last=False, progress=lambda line: None,
             )  # fmt: skip
             tuning_s[key] = time.perf_counter() - start  # a resumed run counts only its rest
             database = os.path.join(folder, f"db-{key}")

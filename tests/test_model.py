@@ -122,7 +122,10 @@ def test_a_tuned_model_is_built_with_its_kernels_and_computes_what_onnxruntime_d
         workers.append(len(_worker_processes()) - before)
 
     before = len(_worker_processes())
-    tuning = tune_model(program, 12, storage=storage, batch_size=4, progress=progress)
+    # NCHW, so that the tasks are the model's own (tests/test_channels_last.py: the default).
+    tuning = tune_model(
+        program, 12, storage=storage, batch_size=4, progress=progress, channels_last=False
+    )
     tuned = [s for s in tuning.studies if s is not None]
     assert len(tuned) == 2  # the conv and the matmul; the reshape has nothing to search
     # The tasks share one set of build and timing workers (a set each held 2 x 3 here).
@@ -142,9 +145,13 @@ def test_a_tuned_model_is_built_with_its_kernels_and_computes_what_onnxruntime_d
 
     # The same call again measures nothing; a larger budget adds only the difference, and no
     # task study measures a config twice.
-    again = tune_model(program, 12, storage=storage, batch_size=4, progress=lines.append)
+    again = tune_model(
+        program, 12, storage=storage, batch_size=4, progress=lines.append, channels_last=False
+    )
     assert [len(s.get_trials(deepcopy=False)) for s in again.studies if s] == finished
-    more = tune_model(program, 20, storage=storage, batch_size=4, progress=lines.append)
+    more = tune_model(
+        program, 20, storage=storage, batch_size=4, progress=lines.append, channels_last=False
+    )
     studies = [s for s in more.studies if s is not None]
     assert sum(len(s.get_trials(deepcopy=False)) for s in studies) == 20
     for study in studies:
@@ -184,9 +191,10 @@ def test_warm_started_tasks_learn_from_their_kind_and_the_model_still_matches(
         return sampler
 
     monkeypatch.setattr(tensortune.tuning, "make_sampler", counted)
+    # NCHW: two convolution tasks and nothing else (channels-last adds two transposes).
     tuning = tune_model(
         program, 16, storage=storage, batch_size=4, progress=lambda line: None, warm_start=True,
-        source_weighting="outranked",
+        source_weighting="outranked", channels_last=False,
     )  # fmt: skip
     studies = [s for s in tuning.studies if s is not None]
     assert len(studies) == 2 and all(t.kind == "conv2d" for t in tuning.tasks)
@@ -321,7 +329,9 @@ def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
 
     assert main(["best-model", *common]) == 0
     printed = capsys.readouterr().out
-    assert "3 tasks" in printed and "trials, best" in printed and "estimate" in printed
+    # Channels-last (the default): the conv, the matmul, the input's transpose and the
+    # transpose back before the flatten.
+    assert "4 tasks" in printed and "trials, best" in printed and "estimate" in printed
     again = tmp_path / "again"
     assert main(["export-model", *common, "-o", str(again)]) == 0
     assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in out.iterdir())

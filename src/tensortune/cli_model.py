@@ -86,10 +86,12 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--channels-last",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="compute convolutions on NHWC data, so that kernels vectorize along the output "
         "channels; inputs and outputs keep their layout (CPU targets; not with --winograd; "
-        "its tasks' studies are apart from those of a run without it; default: off)",
+        "its tasks' studies are apart from those of a run without it; default: on for CPU "
+        "targets unless --winograd)",
     )
 
 

@@ -128,6 +128,23 @@ class Rewrites:
             )
 
 
+def model_rewrites(
+    kind: str,
+    prepack_weights: bool = False,
+    winograd: bool = False,
+    channels_last: bool | None = None,
+) -> Rewrites:
+    """The `Rewrites` a model is tuned with on a target of `kind` (``"llvm"``, ``"cuda"``):
+    those chosen, with `channels_last` None (the default) on for llvm unless `winograd`;
+    `TensortuneError` with one line for a choice `Rewrites` or the target refuses. The other
+    arguments default to False, as in `Rewrites`."""
+    if channels_last is None:
+        channels_last = kind == "llvm" and not winograd
+    rewrites = Rewrites(prepack_weights, winograd, channels_last)
+    rewrites.check_target(kind)
+    return rewrites
+
+
 #: The data and weight layouts of channels-last convolutions: output channels innermost in the
 #: weights too (TOPI's NHWC layout), so that a kernel vectorizing along them loads contiguous
 #: weights even unpacked (with `Rewrites.prepack_weights` it packs them as it likes anyway).
