@@ -146,8 +146,8 @@ def tune_model(
             (`tensortune.model.tasks.Rewrites`). Other tasks, so other studies, as with
             `prepack_weights`. Default None: on for CPU (llvm) targets unless `winograd`. On
             ResNet-18 (an Emerald Rapids guest, ``studies/README.md``) it made our build
-            1.61-1.92x as fast as NCHW's at 500 and 1000 trials with packed weights (two
-            seeds), and 1.59x at 1000 without (one seed). A model without convolutions has the
+            1.61-1.92x as fast as NCHW's at 500 and 1000 trials with packed weights, and 1.59x
+            and 1.61x at 1000 without (two seeds each). A model without convolutions has the
             same tasks either way.
         warm_start: Warm-start each batch's cost model from the studies of the model's
             other tasks of the same kind (`tensortune.model.tasks.ModelTask.kind`) that have
