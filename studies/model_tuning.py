@@ -52,6 +52,7 @@ from results_io import write_csv
 from tensortune.measure import MeasureSettings
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
+from tensortune.model.finalists import pick_finalists
 from tensortune.model.tasks import NO_REWRITES, Rewrites, task_passes
 from tensortune.model.tuning import ModelTuning, task_state
 from tensortune.target import make_target, target_spec
@@ -396,6 +397,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         variants["tensortune-cold-warm"] = Arm(
             url, MeasureSettings(flush_cache=True), warm_start=True
         )
+    picking_s: dict[str, float] = {}  # (--finalists) tuning seconds and the re-timing's
     for system, (url, settings, rewrites, warm) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
@@ -417,6 +419,17 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             tuned = build(program, target, database, rewrites)
             check_outputs(run(tuned, inputs), expected)
             calls[key] = vm_call(tuned, inputs)
+            if args.finalists > 1:  # the same studies, each task's kernel picked by re-timing
+                start = time.perf_counter()
+                picks = pick_finalists(tuned_model, studies, args.finalists, settings=settings)
+                write_database(tuned_model.tasks, studies, tuned_model.target, database, picks)
+                finalist_key = f"{system}-finalists@{budget}"
+                picking_s[finalist_key] = ledger.seconds.get(key, 0.0) + (
+                    time.perf_counter() - start
+                )
+                tuned = build(program, target, database, rewrites)
+                check_outputs(run(tuned, inputs), expected)
+                calls[finalist_key] = vm_call(tuned, inputs)
     # MetaSchedule tunes the tasks of each of our rewrites too: the same functions, its search.
     peers: dict[str, Rewrites] = {}
     if args.metaschedule:
@@ -439,7 +452,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             built = metaschedule_build(program, target, work_dir, budget, rewrites)
             check_outputs(run(built, inputs), expected)
             calls[keys[budget]] = vm_call(built, inputs)
-    tuning_s = ledger.seconds
+    tuning_s = {**ledger.seconds, **picking_s}
     seconds = round_robin({k: timer(call) for k, call in calls.items()}, args.rounds)
     eager = seconds["pytorch-eager"]
     rows = [
@@ -594,6 +607,11 @@ def main() -> None:
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip
+    parser.add_argument("--finalists", type=int, default=1,
+                        help="also each of our builds with every task's kernel the fastest of "
+                        "its study's best N configs timed again (pick_finalists), as "
+                        "SYSTEM-finalists (default 1: the studies' bests alone, as "
+                        "before)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
     parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
@@ -620,6 +638,10 @@ def main() -> None:
             "channels-last", "channels-last-prepacked"}  # fmt: skip
     if len(set(labels)) < len(labels) or ours & set(labels):
         parser.error(f"--beside labels must differ from each other and from {sorted(ours)}")
+    if any(label.endswith("-finalists") for label in labels):
+        parser.error("--beside labels must not end in -finalists (--finalists's builds do)")
+    if args.finalists < 1:
+        parser.error("--finalists must be at least 1")
     args.beside = [(label, url) for label, _, url in pairs]
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
@@ -631,6 +653,7 @@ def main() -> None:
         runs += "-winograd" if args.winograd else ""
         runs += "-channels-last" if args.channels_last else ""
         runs += "-warm" if args.warm_start_tasks else ""
+        runs += f"-finalists{args.finalists}" if args.finalists > 1 else ""
         runs += "".join(f"-{label}" for label, _ in args.beside)
         done = os.path.join(args.work, f"{name}-results-{runs}.json")
         if os.path.exists(done):

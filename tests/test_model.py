@@ -282,6 +282,7 @@ def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, 
     rows = [
         (["--source-weighting", "outranked"], "weighs --warm-start-tasks sources"),
         (["--warm-start-tasks", "--sampler", "random"], "needs the costmodel sampler"),
+        (["--finalists", "0"], "--finalists must be at least 1"),
     ]
     for extra, message in rows:
         assert main(["tune-model", *common, *extra]) == 2, extra
@@ -320,6 +321,7 @@ def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
     assert main(["tune-model", *common, "--trials", "8", "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "checked   against onnxruntime-" in printed and "ms tuned" in printed
+    assert "timed again, each its study's best 4 configs" in printed  # the finalists
     model = load_model(str(out))
     x = model.inputs[0].random(np.random.default_rng(3))
     program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
@@ -338,13 +340,15 @@ def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
     # A folder in the way, and a bad input: one line, status 2, nothing written.
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["export-model", *common, "-o", str(again)]) == 2
+    assert main(["export-model", *common, "-o", str(tmp_path / "y"), "--finalists", "0"]) == 2
     assert main(["tune-model", onnx_file, "--storage", storage, "--trials", "8",
                  "-o", str(tmp_path / "x")]) == 2  # fmt: skip
     assert main(["best-model", onnx_file, "--input", "x:1x3x8x8", "--storage",
                  f"sqlite:///{tmp_path / 'none.db'}"]) == 2  # fmt: skip
     errors = capsys.readouterr().err.strip().splitlines()
-    assert [line.split(":")[0] for line in errors] == ["tensortune"] * 3
-    assert "no shape for input 'x'" in errors[1]
+    assert [line.split(":")[0] for line in errors] == ["tensortune"] * 4
+    assert "--finalists must be at least 1" in errors[1]
+    assert "no shape for input 'x'" in errors[2]
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

@@ -49,11 +49,25 @@ def add_model_commands(sub: Any) -> None:
     tune.add_argument(
         "-o", "--output", default=None, help="folder to export to (default: MODEL-tuned)"
     )
+    _finalists_argument(tune)
     best = sub.add_parser("best-model", help="print where a model's task studies stand")
     _model_arguments(best)
     export = sub.add_parser("export-model", help="build a model with its studies' best kernels")
     _model_arguments(export)
     export.add_argument("-o", "--output", required=True, help="folder to create")
+    _finalists_argument(export)
+
+
+def _finalists_argument(parser: argparse.ArgumentParser) -> None:
+    from tensortune.model.finalists import FINALISTS
+
+    parser.add_argument(
+        "--finalists",
+        type=int,
+        default=FINALISTS,
+        help="build each task with the fastest of its study's best N configs, timed again side "
+        f"by side; 1 builds the study's best as tuning timed it (default {FINALISTS})",
+    )
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +125,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
         raise TensortuneError(f"--trials must be at least 1, got {args.trials}")
     if args.source_weighting is not None and not args.warm_start_tasks:
         raise TensortuneError("--source-weighting weighs --warm-start-tasks sources: give that too")
+    _check_finalists(args.finalists)
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
     program = _program(args)
@@ -122,7 +137,12 @@ def tune_model_command(args: argparse.Namespace) -> None:
         warm_start=args.warm_start_tasks,
         source_weighting=args.source_weighting,
     )  # fmt: skip
-    _export(tuning, output)
+    _export(tuning, output, args.finalists)
+
+
+def _check_finalists(count: int) -> None:
+    if count < 1:
+        raise TensortuneError(f"--finalists must be at least 1, got {count}")
 
 
 def best_model_command(args: argparse.Namespace) -> None:
@@ -148,20 +168,29 @@ def best_model_command(args: argparse.Namespace) -> None:
 def export_model_command(args: argparse.Namespace) -> None:
     from tensortune.model.tuning import model_tuning
 
+    _check_finalists(args.finalists)
     tuning = model_tuning(
         _program(args), args.target, args.storage, prepack_weights=args.prepack_weights,
         winograd=args.winograd, channels_last=args.channels_last,
     )  # fmt: skip
-    _export(tuning, args.output)
+    _export(tuning, args.output, args.finalists)
 
 
-def _export(tuning: Any, output: str) -> None:
+def _export(tuning: Any, output: str, finalists: int) -> None:
     from tensortune.model.export import export_model
 
-    report = export_model(tuning, output)
+    report = export_model(tuning, output, finalists=finalists)
     checked = tuning.program.reference_name or "TVM's untuned build"
     error = f"max difference {report.max_error:.2g}" if report.max_error is not None else "equal"
     print(f"exported  {report.folder} ({report.tuned_kernels} tuned kernels)")
+    picks = [p for p in report.picks if p is not None]
+    if picks:
+        moved = sum(p.trial != p.finalists[0][0] for p in picks)
+        tasks = f"{len(picks)} task" + ("s" if len(picks) > 1 else "")
+        print(
+            f"finalists {tasks} timed again, each its study's best {finalists} configs: {moved} "
+            "built with another than the study's best"
+        )
     print(f"checked   against {checked}: {error}")
     print(
         f"latency   {report.tuned_s * 1e3:.3f} ms tuned, {report.untuned_s * 1e3:.3f} ms "

@@ -216,6 +216,23 @@ class Measurer:
                 self._time_remote(result)
         return results
 
+    def time_again(self, results: Sequence[MeasureResult]) -> None:
+        """Time the kernels of `results` again, one after another in the order given, with no
+        new build; each gets its new costs in place of the old. They must come from this
+        measurer's `measure` calls with its current template, and it must still be open (its
+        kernel files are deleted on `close`). A result that failed stays as it was; one that
+        fails now gets its error and loses its costs."""
+        with self._lock:
+            self._device_error = None
+            for result in results:
+                if result.error is not None:
+                    continue
+                result.costs = []
+                if self.device is None:
+                    self._time(result)
+                else:
+                    self._time_remote(result)
+
     def _collect_build(self, future: Future, path: str) -> MeasureResult:
         try:
             seconds, packed = future.result()

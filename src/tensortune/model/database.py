@@ -39,10 +39,14 @@ def write_database(
     studies: Sequence[optuna.Study | None],
     target: dict[str, Any],
     folder: str,
+    picks: Sequence[Any] | None = None,
 ) -> int:
     """Write the best config of each task's study (one per task, None for an untuned task)
     into MetaSchedule's JSON database in `folder` (replacing one there); returns how many
-    tasks got a record. A task whose space has no knobs gets its single schedule."""
+    tasks got a record. A task whose space has no knobs gets its single schedule.
+
+    `picks` (default None: none) holds, per task, a `tensortune.model.finalists.Pick` to
+    write instead of its study's best, or None to keep that."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -57,9 +61,10 @@ def write_database(
     database = ms.database.JSONDatabase(path_workload=paths[0], path_tuning_record=paths[1])
     tvm_target = make_target(target)
     written = 0
-    for task, study in zip(tasks, studies, strict=True):
+    chosen = list(picks) if picks is not None else [None] * len(tasks)
+    for task, study, pick in zip(tasks, studies, chosen, strict=True):
         template = MetaScheduleTemplate(task.workload(), target)
-        found = best_config(study)
+        found = (pick.config, pick.seconds) if pick is not None else best_config(study)
         if found is None and template.knobs:
             continue  # never tuned: the build keeps TVM's own schedule of it
         config, seconds = found if found is not None else ({}, 1.0)

@@ -19,6 +19,7 @@ from tensortune import scratch
 from tensortune.errors import TensortuneError
 from tensortune.model.build import build, check_outputs, run, time_model
 from tensortune.model.database import write_database
+from tensortune.model.finalists import FINALISTS, Pick, pick_finalists
 from tensortune.model.frontend import InputSpec
 from tensortune.model.tuning import ModelTuning
 
@@ -36,6 +37,8 @@ class ModelReport:
         tuned_kernels: Tasks that got a kernel from the database.
         max_error: Largest difference from the framework's outputs (None: no framework).
         tuned_s / untuned_s: Median seconds of one run, tuned and TVM's own build.
+        picks: Per task, the kernel its finalists' re-timing chose
+            (`tensortune.model.finalists.Pick`), None where the study's best was built.
     """
 
     folder: str
@@ -43,9 +46,16 @@ class ModelReport:
     max_error: float | None
     tuned_s: float
     untuned_s: float
+    picks: tuple[Pick | None, ...] = ()
 
 
-def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelReport:
+def export_model(
+    tuning: ModelTuning,
+    directory: str,
+    seed: int = 0,
+    finalists: int = FINALISTS,
+    progress: Any = None,
+) -> ModelReport:
     """Write the database of `tuning`'s best kernels, build the model with it, check its
     outputs on seeded random inputs against the framework's (and TVM's untuned build), time
     both builds, and export it to `directory` (which must not exist, or be empty).
@@ -54,15 +64,23 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
         tuning: From `tensortune.model.tune_model`.
         directory: The folder to create.
         seed: Seed of the check's inputs. Default 0.
+        finalists: Each task's kernel is the fastest of its study's best `finalists` configs,
+            timed again side by side (`tensortune.model.finalists.pick_finalists`); 1 builds
+            each study's best as tuning timed it. Default
+            `tensortune.model.finalists.FINALISTS`.
+        progress: Called with a line per task re-timed. Default None: printed to stderr.
 
     Raises:
         TensortuneError: A non-empty `directory`, a build TVM refuses, or outputs that differ
             from the framework's; nothing is left behind.
     """
+    if finalists < 1:
+        raise TensortuneError(f"finalists must be at least 1, got {finalists}")
     directory = scratch.check_new_folder(directory)
     program = tuning.program
     with scratch.staged_folder(directory) as staging:
-        count = write_database(tuning.tasks, tuning.studies, tuning.target, staging)
+        picks = pick_finalists(tuning, count=finalists, progress=progress)
+        count = write_database(tuning.tasks, tuning.studies, tuning.target, staging, picks)
         tuned = build(program, tuning.target, staging, tuning.rewrites)
         untuned = build(program, tuning.target, None)
         rng = np.random.default_rng(seed)
@@ -72,7 +90,7 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
         error = check_outputs(outputs, program.reference(inputs)) if program.reference else None
         report = ModelReport(
             directory, count, error, time_model(tuned, inputs).median_s,
-            time_model(untuned, inputs).median_s,
+            time_model(untuned, inputs).median_s, tuple(picks),
         )  # fmt: skip
         tuned.export_library(os.path.join(staging, LIBRARY))
         manifest = {
@@ -85,6 +103,8 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
             "prepack_weights": tuning.rewrites.prepack_weights,
             "winograd": tuning.rewrites.winograd,
             "channels_last": tuning.rewrites.channels_last,
+            "finalists": finalists,
+            "kernels": _kernels(tuning, picks),
             "checked_against": program.reference_name or "TVM's untuned build",
             "max_error": error,
             "tuned_ms": report.tuned_s * 1e3,
@@ -93,6 +113,28 @@ def export_model(tuning: ModelTuning, directory: str, seed: int = 0) -> ModelRep
         with open(os.path.join(staging, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=2)
     return report
+
+
+def _kernels(tuning: ModelTuning, picks: list[Pick | None]) -> list[dict[str, Any]]:
+    """Per tuned task, the study and trial its kernel came from, and its seconds: re-timed
+    (a finalist; with its study's best trial) or as tuning timed it."""
+    from tensortune.model.database import best_config
+    from tensortune.storage import best_summary
+
+    kernels = []
+    for task, study, pick in zip(tuning.tasks, tuning.studies, picks, strict=True):
+        if study is None or best_config(study) is None:
+            continue
+        entry: dict[str, Any] = {"task": task.name, "study": study.study_name}
+        if pick is not None:
+            entry.update(
+                trial=pick.trial, retimed_s=pick.seconds, study_best_trial=pick.finalists[0][0]
+            )
+        else:
+            summary = best_summary(study)
+            entry.update(trial=summary["trial"], tuning_s=summary["seconds"])
+        kernels.append(entry)
+    return kernels
 
 
 class LoadedModel:
