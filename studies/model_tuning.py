@@ -82,10 +82,16 @@ def timer(call: Callable[[], Any]) -> Callable[[], float]:
     return reading
 
 
-def round_robin(readers: dict[str, Callable[[], float]], rounds: int = ROUNDS) -> dict[str, float]:
+def round_robin(
+    readers: dict[str, Callable[[], float]],
+    rounds: int = ROUNDS,
+    readings: dict[str, list[float]] | None = None,
+) -> dict[str, float]:
     """Median seconds of each system over `rounds` rounds, every system once per round, each
-    reading after a pause of `PAUSE_S`."""
-    found: dict[str, list[float]] = {name: [] for name in readers}
+    reading after a pause of `PAUSE_S`; every reading goes to `readings` too, where given
+    (default None)."""
+    found: dict[str, list[float]] = readings if readings is not None else {}
+    found.update({name: [] for name in readers})
     for _ in range(rounds):
         for name, reading in readers.items():
             time.sleep(PAUSE_S)
@@ -422,6 +428,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             if args.finalists > 1:  # the same studies, each task's kernel picked by re-timing
                 start = time.perf_counter()
                 picks = pick_finalists(tuned_model, studies, args.finalists, settings=settings)
+                database = os.path.join(folder, f"db-{system}-finalists-{budget}")
                 write_database(tuned_model.tasks, studies, tuned_model.target, database, picks)
                 finalist_key = f"{system}-finalists@{budget}"
                 picking_s[finalist_key] = ledger.seconds.get(key, 0.0) + (
@@ -453,7 +460,13 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             check_outputs(run(built, inputs), expected)
             calls[keys[budget]] = vm_call(built, inputs)
     tuning_s = {**ledger.seconds, **picking_s}
-    seconds = round_robin({k: timer(call) for k, call in calls.items()}, args.rounds)
+    readings: dict[str, list[float]] = {}
+    seconds = round_robin({k: timer(call) for k, call in calls.items()}, args.rounds, readings)
+    # Every reading, so that two builds can be compared round by round (finalists_report.py).
+    write_csv(os.path.join(args.out, f"{name}-readings.csv"), [
+        {"system": system, "round": index, "seconds": value}
+        for system, values in readings.items() for index, value in enumerate(values)
+    ])  # fmt: skip
     eager = seconds["pytorch-eager"]
     rows = [
         {"model": name, "system": system.split("@")[0],

@@ -560,11 +560,25 @@ def test_model_tuning_quick(tmp_path):
     # Run again as after a kill that came before the timing: nothing is tuned again (our
     # studies hold their 16 trials, MetaSchedule's databases are built as they are) and the
     # tuning seconds are the first run's.
+    # With --finalists 2 (another results file): each of our builds also with re-timed picks.
     (work / "tiny-cnn-results-8-16-prepacked.json").unlink()
-    again = run_quick("model_tuning.py", tmp_path, "--work", str(work), "--prepack-weights")
-    assert {(r["system"], r["budget"], r["tuning_s"]) for r in again if r["tuning_s"]} == {
-        (r["system"], r["budget"], r["tuning_s"]) for r in rows if r["tuning_s"]
+    again = run_quick(
+        "model_tuning.py", tmp_path, "--work", str(work), "--prepack-weights", "--finalists", "2"
+    )
+    picked = [r for r in again if "-finalists" in r["system"]]
+    assert {(r["system"], r["budget"]) for r in picked} == {
+        (f"{tuner}-finalists", n) for tuner in tuners[:2] for n in ("8", "16")
     }
+    assert {(r["system"], r["budget"], r["tuning_s"]) for r in again
+            if r["tuning_s"] and r not in picked} == {
+        (r["system"], r["budget"], r["tuning_s"]) for r in rows if r["tuning_s"]
+    }  # fmt: skip
+    report = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "finalists_report.py"),
+         str(tmp_path / "tiny-cnn-readings.csv")],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert "pooled over 4 pairs" in report and "| tensortune-prepacked | 16 |" in report
     with open(tmp_path / "model_tasks.csv") as f:
         assert sum(int(t["trials"]) for t in csv.DictReader(f)) == 16
     # in_model_gap.py on those studies: each tuned task's best kernel alone and in the model.
@@ -577,6 +591,30 @@ def test_model_tuning_quick(tmp_path):
     with open(gap) as f:
         found = list(csv.DictReader(f))
     assert found and all(float(r["alone_us"]) > 0 and float(r["ratio"]) > 0 for r in found)
+
+
+def test_finalists_report_pairs_each_build_round_by_round(tmp_path):
+    sys.path.insert(0, STUDIES)
+    try:
+        from finalists_report import pairs, read_rounds
+    finally:
+        sys.path.remove(STUDIES)
+    readings = {
+        "pytorch-eager": [9.0, 9.0, 9.0],
+        "ours@500": [2.0, 4.0, 2.2],
+        "ours-finalists@500": [1.0, 4.0, 2.0],  # a slow round hits both alike
+        "ours-finalists@1000": [1.0, 1.0, 1.0],  # no build of the studies' bests: no pair
+    }
+    path = tmp_path / "readings.csv"
+    path.write_text("system,round,seconds\n" + "".join(
+        f"{system},{i},{value}\n" for system, values in readings.items()
+        for i, value in enumerate(values)
+    ))  # fmt: skip
+    assert read_rounds(str(path)) == readings
+    (found,) = pairs(readings)
+    assert found["system"] == "ours" and found["budget"] == 500 and found["rounds"] == 3
+    assert found["ratio"] == pytest.approx(1.1)  # per round 2.0, 1.0, 1.1: the median
+    assert found["plain_ms"] == pytest.approx(2200) and found["finalists_ms"] == 2000
 
 
 def test_a_smaller_budget_is_built_from_the_trials_up_to_it():
