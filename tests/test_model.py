@@ -4,6 +4,7 @@ built model checked against ONNX Runtime and PyTorch."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -318,7 +319,7 @@ def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 'model.db'}"
     out = tmp_path / "small-tuned"
     common = [onnx_file, "--input", "x:1x3x8x8", "--storage", storage]
-    assert main(["tune-model", *common, "--trials", "8", "-o", str(out)]) == 0
+    assert main(["tune-model", *common, "--trials", "8", "-o", str(out), "--finalists", "4"]) == 0
     printed = capsys.readouterr().out
     assert "checked   against onnxruntime-" in printed and "ms tuned" in printed
     assert "timed again, each its study's best 4 configs" in printed  # the finalists
@@ -337,6 +338,11 @@ def test_the_cli_tunes_exports_and_loads_a_model(onnx_file, tmp_path, capsys):
     again = tmp_path / "again"
     assert main(["export-model", *common, "-o", str(again)]) == 0
     assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in out.iterdir())
+    # Each manifest says where every kernel came from: re-timed finalists, or as tuned.
+    picked, plain = (json.loads((d / "model.json").read_text()) for d in (out, again))
+    assert picked["finalists"] == 4 and plain["finalists"] == 1
+    assert any("retimed_s" in k for k in picked["kernels"])
+    assert plain["kernels"] and all("tuning_s" in k for k in plain["kernels"])
     # A folder in the way, and a bad input: one line, status 2, nothing written.
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["export-model", *common, "-o", str(again)]) == 2

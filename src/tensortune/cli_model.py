@@ -59,14 +59,13 @@ def add_model_commands(sub: Any) -> None:
 
 
 def _finalists_argument(parser: argparse.ArgumentParser) -> None:
-    from tensortune.model.finalists import FINALISTS
-
     parser.add_argument(
         "--finalists",
         type=int,
-        default=FINALISTS,
-        help="build each task with the fastest of its study's best N configs, timed again side "
-        f"by side; 1 builds the study's best as tuning timed it (default {FINALISTS})",
+        default=1,
+        metavar="N",
+        help="build each task with the fastest of its study's best N configs (4, say), timed "
+        "again side by side (default 1: each study's best as tuning timed it)",
     )
 
 
