@@ -23,6 +23,7 @@ from tensortune.model import build, check_outputs, from_torch, run, write_databa
 from tensortune.model.database import RECORDS_FILE  # noqa: E402
 from tensortune.model.finalists import pick_finalists  # noqa: E402
 from tensortune.model.tuning import model_tuning  # noqa: E402
+from tests.test_model import SmallNet  # noqa: E402  (a conv and a linear layer: two tasks)
 
 
 def _study_with(values: list[tuple[int, float | None]]) -> optuna.Study:
@@ -58,23 +59,11 @@ def test_rounds_alternate_and_the_lowest_median_wins():
     assert fastest([[], []]) is None
 
 
-class ConvNet(torch.nn.Module):
-    """A convolution with its ReLU and a linear layer: two tasks with knobs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
-
-    def forward(self, x):  # type: ignore[no-untyped-def]
-        return self.fc(torch.relu(self.conv(x)).flatten(1))
-
-
 def _seeded_tuning(tmp_path, per_task: int = 3):  # type: ignore[no-untyped-def]
     """The model's tuning state with `per_task` random configs of each tunable task recorded
     in its study at made-up values, best first by trial number; nothing measured yet."""
     torch.manual_seed(0)
-    program = from_torch(ConvNet().eval(), [torch.randn(1, 3, 8, 8)], name="convnet")
+    program = from_torch(SmallNet().eval(), [torch.randn(1, 3, 8, 8)], name="small")
     storage = f"sqlite:///{tmp_path / 'model.db'}"
     tuning = model_tuning(program, "llvm", storage, create=True, channels_last=False)
     for index, template in enumerate(tuning.templates):
