@@ -118,12 +118,11 @@ def export_model(
 def _kernels(tuning: ModelTuning, picks: list[Pick | None]) -> list[dict[str, Any]]:
     """Per tuned task, the study and trial its kernel came from, and its seconds: re-timed
     (a finalist; with its study's best trial) or as tuning timed it."""
-    from tensortune.model.database import best_config
     from tensortune.storage import best_summary
 
     kernels = []
     for task, study, pick in zip(tuning.tasks, tuning.studies, picks, strict=True):
-        if study is None or best_config(study) is None:
+        if study is None:
             continue
         entry: dict[str, Any] = {"task": task.name, "study": study.study_name}
         if pick is not None:
@@ -131,7 +130,10 @@ def _kernels(tuning: ModelTuning, picks: list[Pick | None]) -> list[dict[str, An
                 trial=pick.trial, retimed_s=pick.seconds, study_best_trial=pick.finalists[0][0]
             )
         else:
-            summary = best_summary(study)
+            try:
+                summary = best_summary(study)
+            except TensortuneError:  # no completed trial: the build keeps TVM's schedule
+                continue
             entry.update(trial=summary["trial"], tuning_s=summary["seconds"])
         kernels.append(entry)
     return kernels
