@@ -350,23 +350,9 @@ class Arm(NamedTuple):
     warm_start: bool = False
 
 
-def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[list, list]:
-    net, example = model_zoo.model(name)
-    print(f"{name}: {model_zoo.describe(net)}", flush=True)
-    program = from_torch(net, example, name=name)
-    target = target_spec("llvm")
-    inputs = [t.numpy() for t in example]
-    expected = program.reference(inputs)
-    folder = tempfile.mkdtemp(prefix=f"{name}-")
-    calls: dict[str, Callable] = dict(frameworks(net, example, folder))
-    untuned = build(program, target, None)
-    check_outputs(run(untuned, inputs), expected)
-    calls["tvm-untuned"] = vm_call(untuned, inputs)
-    storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
-    # Tuning seconds of every finished (system, budget), kept so that a killed run goes on
-    # from the last finished one: ours resume their studies, MetaSchedule's databases stay.
-    ledger = Ledger(os.path.join(args.work, f"{name}-seconds.json"))
-    tuning = None
+def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
+    """Our arms of this run by system name, as the flags in `args` ask, each with its task
+    studies in ``--work``."""
     # Ours in NCHW (users' default until channels-last became it; every earlier run's arm),
     # and (--cold-cache) tuned on timings with the weights flushed from the caches, in
     # studies of its own: side by side in the round-robin below.
@@ -376,6 +362,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # own.
     # (--warm-start-tasks) each task warm-started from the model's tasks of its kind; with
     # --cold-cache too, also both at once.
+    storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     variants = {"tensortune": Arm(storage)}
     # (--beside) other plain studies of this model, tuned by other code, say: timed beside.
     beside = dict(args.beside)
@@ -403,6 +390,33 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         variants["tensortune-cold-warm"] = Arm(
             url, MeasureSettings(flush_cache=True), warm_start=True
         )
+    return variants
+
+
+def metaschedule_arms(variants: dict[str, Arm]) -> list[str]:
+    """Our arms whose tasks MetaSchedule tunes by default: those timed as usual and tuned cold
+    (its search has neither flushed caches nor warm starts)."""
+    return [s for s, arm in variants.items() if arm.settings is None and not arm.warm_start]
+
+
+def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[list, list]:
+    net, example = model_zoo.model(name)
+    print(f"{name}: {model_zoo.describe(net)}", flush=True)
+    program = from_torch(net, example, name=name)
+    target = target_spec("llvm")
+    inputs = [t.numpy() for t in example]
+    expected = program.reference(inputs)
+    folder = tempfile.mkdtemp(prefix=f"{name}-")
+    calls: dict[str, Callable] = dict(frameworks(net, example, folder))
+    untuned = build(program, target, None)
+    check_outputs(run(untuned, inputs), expected)
+    calls["tvm-untuned"] = vm_call(untuned, inputs)
+    # Tuning seconds of every finished (system, budget), kept so that a killed run goes on
+    # from the last finished one: ours resume their studies, MetaSchedule's databases stay.
+    ledger = Ledger(os.path.join(args.work, f"{name}-seconds.json"))
+    tuning = None
+    variants = arms(name, args)
+    beside = dict(args.beside)
     picking_s: dict[str, float] = {}  # (--finalists) tuning seconds and the re-timing's
     for system, (url, settings, rewrites, warm) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
@@ -443,7 +457,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         peers = {
             system.replace("tensortune", "metaschedule"): arm.rewrites
             for system, arm in variants.items()
-            if arm.settings is None and not arm.warm_start
+            if system in (args.metaschedule_arms or metaschedule_arms(variants))
         }
     for system, rewrites in peers.items():
         work_dir = os.path.join(args.work, f"{name}-ms{system.removeprefix('metaschedule')}")
@@ -596,6 +610,10 @@ def main() -> None:
     parser.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS),
                         help="trials per model, ascending (default 500 1000 2000)")  # fmt: skip
     parser.add_argument("--no-metaschedule", dest="metaschedule", action="store_false")
+    parser.add_argument("--metaschedule-arms", nargs="+", default=None, metavar="SYSTEM",
+                        help="our arms whose tasks MetaSchedule tunes, by system name, e.g. "
+                        "tensortune-channels-last (default: every arm of usual timing and "
+                        "cold tasks)")  # fmt: skip
     parser.add_argument("--cold-cache", action="store_true",
                         help="also ours tuned on timings with the weights flushed from the "
                         "caches (MeasureSettings.flush_cache)")  # fmt: skip
@@ -656,6 +674,9 @@ def main() -> None:
     if args.finalists < 1:
         parser.error("--finalists must be at least 1")
     args.beside = [(label, url) for label, _, url in pairs]
+    possible = metaschedule_arms(arms("model", args))
+    if args.metaschedule_arms and not set(args.metaschedule_arms) <= set(possible):
+        parser.error(f"--metaschedule-arms takes arms of this run: {' '.join(possible)}")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     rows, tasks, split = [], [], []
