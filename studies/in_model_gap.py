@@ -11,7 +11,8 @@ stays comes from the data (weights and activations cold in the model).
 
 The storage holds a finished `model_tuning.py` run's task studies (its ``<model>.db``); nothing
 is tuned. Writes one row per task: weight, µs as its best trial recorded them, µs alone now
-(all its calls of a run), µs in the model, and the last two's ratio, and prints the sums.
+(all its calls of a run), the same with the caches flushed before each call, µs in the model,
+and in the model ÷ alone, and prints the sums.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from typing import Any
 
 import model_zoo
 import numpy as np
@@ -32,8 +34,8 @@ from tensortune.target import make_target, target_spec
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 
 
-def alone_seconds(task: object, config: dict, target: dict, seed: int = 0) -> float:
-    """Median seconds of one call of `task`'s kernel for `config`, repeated on warm data."""
+def built_kernel(task: object, config: dict, target: dict, seed: int = 0) -> tuple:
+    """`task`'s kernel for `config`, compiled, and its arguments: random inputs, zero outputs."""
     import tvm
 
     workload = task.workload()  # type: ignore[attr-defined]
@@ -43,8 +45,22 @@ def alone_seconds(task: object, config: dict, target: dict, seed: int = 0) -> fl
         for s, d, inp in workload.argument_specs()
     ]
     schedule = MetaScheduleTemplate(workload, target).apply(config)
-    module = tvm.compile(schedule.mod, target=make_target(target)).jit()
-    timer = module.time_evaluator("main", tvm.cpu(), min_repeat_ms=50, repeat=5)
+    return tvm.compile(schedule.mod, target=make_target(target)).jit(), arrays
+
+
+def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
+    """Median seconds of one call of a `built_kernel`, repeated on warm data, or (`flushed`;
+    default False) one call at a time with every argument but the first evicted from the
+    caches before it (TVM's ``cache_flush_cpu_non_first_arg``, as ``MeasureSettings.flush_cache``
+    times), as a kernel meets its weights in a model run."""
+    import tvm
+
+    from tensortune.measure.worker_tasks import FLUSH_CACHE
+
+    if flushed:
+        timer = module.time_evaluator("main", tvm.cpu(), repeat=50, f_preproc=FLUSH_CACHE)
+    else:
+        timer = module.time_evaluator("main", tvm.cpu(), min_repeat_ms=50, repeat=5)
     return float(timer(*arrays).median)
 
 
@@ -71,11 +87,14 @@ def main() -> None:
         measured = in_model["functions"].get(task.name)
         if found is None or measured is None:
             continue
-        alone = alone_seconds(task, found[0], tuning.target) * task.weight
+        module, arrays = built_kernel(task, found[0], tuning.target)
+        alone = alone_seconds(module, arrays) * task.weight
+        flushed = alone_seconds(module, arrays, flushed=True) * task.weight
         rows.append({
             "task": task.name, "weight": task.weight,
             "tuning_us": round(found[1] * task.weight * 1e6, 1),  # as its trial recorded it
             "alone_us": round(alone * 1e6, 1),
+            "flushed_us": round(flushed * 1e6, 1),
             "in_model_us": round(measured["seconds"] * 1e6, 1),
             "ratio": round(measured["seconds"] / alone, 3),
         })  # fmt: skip
@@ -84,10 +103,12 @@ def main() -> None:
     tuning_ms = sum(r["tuning_us"] for r in rows) / 1e3
     alone_ms = sum(r["alone_us"] for r in rows) / 1e3
     model_ms = sum(r["in_model_us"] for r in rows) / 1e3
+    flushed_ms = sum(r["flushed_us"] for r in rows) / 1e3
     threads = os.environ.get("TVM_NUM_THREADS", "all cores")
     run_ms = in_model["run_seconds"] * 1e3
     print(f"threads {threads}: tuned kernels {tuning_ms:.2f} ms as tuning timed them, "
-          f"{alone_ms:.2f} ms alone now, {model_ms:.2f} ms in the model "
+          f"{alone_ms:.2f} ms alone now, {flushed_ms:.2f} ms alone with flushed caches, "
+          f"{model_ms:.2f} ms in the model "
           f"({model_ms / alone_ms:.2f}x); whole run {run_ms:.2f} ms")  # fmt: skip
 
 

@@ -590,7 +590,10 @@ def test_model_tuning_quick(tmp_path):
     )  # fmt: skip
     with open(gap) as f:
         found = list(csv.DictReader(f))
-    assert found and all(float(r["alone_us"]) > 0 and float(r["ratio"]) > 0 for r in found)
+    assert found and all(
+        float(r["alone_us"]) > 0 and float(r["flushed_us"]) > 0 and float(r["ratio"]) > 0
+        for r in found
+    )
 
 
 def test_finalists_report_pairs_each_build_round_by_round(tmp_path):
