@@ -528,6 +528,21 @@ def test_transfer_quick(tmp_path):
     assert (tmp_path / "transfer.png").stat().st_size > 0
 
 
+def test_model_tuning_refuses_a_metaschedule_arm_not_in_the_run(tmp_path):
+    """--metaschedule-arms names arms of this run: another gets one line, exit 2, before any
+    model is built or anything written."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "model_tuning.py"), "--quick", "--channels-last",
+         "--metaschedule-arms", "tensortune-prepacked", "--work", str(tmp_path / "w"),
+         "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--metaschedule-arms takes arms of this run: tensortune tensortune-channels-last" in last
+    assert not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_model_tuning_quick(tmp_path):
     """The whole-model benchmark on a tiny CNN, with --prepack-weights: every system timed,
