@@ -454,10 +454,11 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     # MetaSchedule tunes the tasks of each of our rewrites too: the same functions, its search.
     peers: dict[str, Rewrites] = {}
     if args.metaschedule:
+        chosen = set(args.metaschedule_arms or metaschedule_arms(variants))
         peers = {
             system.replace("tensortune", "metaschedule"): arm.rewrites
             for system, arm in variants.items()
-            if system in (args.metaschedule_arms or metaschedule_arms(variants))
+            if system in chosen
         }
     for system, rewrites in peers.items():
         work_dir = os.path.join(args.work, f"{name}-ms{system.removeprefix('metaschedule')}")
