@@ -375,13 +375,18 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     if args.prepack_weights:
         packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
         variants["tensortune-prepacked"] = Arm(packed, rewrites=Rewrites(prepack_weights=True))
-    for rewrite in ("winograd", "channels_last"):
-        if getattr(args, rewrite):
-            system = "tensortune-" + rewrite.replace("_", "-")
-            system += "-prepacked" if args.prepack_weights else ""
-            url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
-            rewrites = Rewrites(args.prepack_weights, **{rewrite: True})
-            variants[system] = Arm(url, rewrites=rewrites)
+    # (--winograd with --channels-last) the Winograd arm is NHWC, beside the direct NHWC arm.
+    chosen = []
+    if args.winograd:
+        chosen.append(Rewrites(args.prepack_weights, True, channels_last=args.channels_last))
+    if args.channels_last:
+        chosen.append(Rewrites(args.prepack_weights, channels_last=True))
+    for rewrites in chosen:
+        layout = [n.replace("_", "-") for n in rewrites.names() if n != "prepack_weights"]
+        system = "-".join(["tensortune", *layout])
+        system += "-prepacked" if args.prepack_weights else ""
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
+        variants[system] = Arm(url, rewrites=rewrites)
     if args.warm_start_tasks:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-warm.db')}"
         variants["tensortune-warm"] = Arm(url, warm_start=True)
@@ -626,7 +631,8 @@ def main() -> None:
                         "cpu_weight_prepack)")  # fmt: skip
     parser.add_argument("--winograd", action="store_true",
                         help="also ours tuned with Winograd convolutions (tune_model's "
-                        "winograd; with --prepack-weights, packed too)")  # fmt: skip
+                        "winograd; with --prepack-weights, packed too; with --channels-last, "
+                        "NHWC ones)")  # fmt: skip
     parser.add_argument("--channels-last", action="store_true",
                         help="also ours tuned with NHWC convolutions (tune_model's "
                         "channels_last; with --prepack-weights, packed too)")  # fmt: skip
@@ -669,7 +675,8 @@ def main() -> None:
         parser.error("--beside takes LABEL=STORAGE, e.g. new=sqlite:///work/resnet18.db")
     labels = [label for label, _, _ in pairs]
     ours = {"cold", "prepacked", "warm", "cold-warm", "winograd", "winograd-prepacked",
-            "channels-last", "channels-last-prepacked"}  # fmt: skip
+            "channels-last", "channels-last-prepacked", "winograd-channels-last",
+            "winograd-channels-last-prepacked"}  # fmt: skip
     if len(set(labels)) < len(labels) or ours & set(labels):
         parser.error(f"--beside labels must differ from each other and from {sorted(ours)}")
     if any(label.endswith("-finalists") for label in labels):

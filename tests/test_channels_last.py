@@ -58,11 +58,13 @@ def test_every_convolution_reads_channels_last_data(convolutions):
     assert not {t.key for t in convs} & {t.key for t in direct}
 
 
-def test_channels_last_is_the_default_on_cpus_only_and_not_with_winograd():
+def test_channels_last_is_the_default_on_cpus_only_and_not_by_default_with_winograd():
     assert model_rewrites("llvm") == Rewrites(channels_last=True)
     assert model_rewrites("llvm", prepack_weights=True) == Rewrites(True, channels_last=True)
     assert model_rewrites("llvm", channels_last=False) == Rewrites()
     assert model_rewrites("llvm", winograd=True) == Rewrites(winograd=True)
+    both = Rewrites(winograd=True, channels_last=True)
+    assert model_rewrites("llvm", winograd=True, channels_last=True) == both
     assert model_rewrites("cuda") == Rewrites()
     with pytest.raises(TensortuneError, match="channels-last convolution is for CPU"):
         model_rewrites("cuda", channels_last=True)
@@ -90,23 +92,19 @@ def test_a_model_tuned_channels_last_builds_and_matches_pytorch(
     assert error < 1e-4, error
 
 
-def test_channels_last_with_winograd_is_one_line_and_writes_nothing(convolutions, tmp_path, capsys):
+def test_channels_last_for_a_gpu_is_one_line_and_writes_nothing(tmp_path, capsys):
     pytest.importorskip("onnx")
-    program, _ = convolutions
     db = tmp_path / "model.db"
-    with pytest.raises(TensortuneError, match="choose Winograd or channels-last"):
-        tune_model(program, 4, storage=f"sqlite:///{db}", winograd=True, channels_last=True)
-    assert not db.exists()
     torch.onnx.export(
         Convolutions().eval(), (torch.randn(1, 8, 10, 10),), str(tmp_path / "net.onnx"),
         input_names=["x"], dynamo=False,
     )  # fmt: skip
-    for flag in ("--winograd", '--target={"kind": "cuda", "arch": "sm_90"}'):
-        code = main(["tune-model", str(tmp_path / "net.onnx"), "--input", "x:1x8x10x10",
-                     "--trials", "4", "--storage", f"sqlite:///{db}", "--channels-last", flag,
-                     "-o", str(tmp_path / "out")])  # fmt: skip
-        assert code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1, err
-        assert "channels-last" in err[0], err
+    code = main(["tune-model", str(tmp_path / "net.onnx"), "--input", "x:1x8x10x10",
+                 "--trials", "4", "--storage", f"sqlite:///{db}", "--channels-last",
+                 '--target={"kind": "cuda", "arch": "sm_90"}',
+                 "-o", str(tmp_path / "out")])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "channels-last convolution is for CPU" in err[0], err
     assert not db.exists() and not (tmp_path / "out").exists()

@@ -17,7 +17,7 @@ from tensortune.cli import main  # noqa: E402
 from tensortune.model import from_torch, tune_model  # noqa: E402
 from tensortune.model.build import build, check_outputs, run  # noqa: E402
 from tensortune.model.database import write_database  # noqa: E402
-from tensortune.model.tasks import Rewrites, extract_tasks  # noqa: E402
+from tensortune.model.tasks import Rewrites, extract_tasks, task_passes  # noqa: E402
 from tensortune.target import make_target, target_spec  # noqa: E402
 
 LLVM = target_spec("llvm")
@@ -48,10 +48,12 @@ def block():
     return from_torch(net, example, name="block"), example
 
 
-def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block):
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block, channels_last):
     program, _ = block
-    direct = extract_tasks(program.mod, make_target(LLVM))
-    winograd = extract_tasks(program.mod, make_target(LLVM), Rewrites(winograd=True))
+    target = make_target(LLVM)
+    direct = extract_tasks(program.mod, target, Rewrites(channels_last=channels_last))
+    winograd = extract_tasks(program.mod, target, Rewrites(False, True, channels_last))
     names = [t.name for t in winograd]
     assert sum("winograd" in name for name in names) == 2, names
     assert not any("winograd" in t.name for t in direct)
@@ -61,15 +63,20 @@ def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block):
     assert {t.key for t in winograd} != {t.key for t in direct}
 
 
-def test_partial_tiles_read_only_within_the_input_and_compute_the_convolution(block):
-    # 10x10 outputs are two whole 4x4 tiles and a part one in each direction: TVM's compute
-    # alone reads past its padded input there (whatever memory follows it: 1e26 here once).
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_partial_tiles_read_only_within_the_input_and_compute_the_convolution(block, channels_last):
+    # 10x10 outputs are two whole 4x4 tiles and a part one in each direction: TVM's NCHW
+    # compute alone reads past its padded input there (whatever memory follows it: 1e26 here
+    # once). The model's functions untuned, as the tasks are made.
+    import tvm
     from tvm import relax
 
-    from tensortune.model.winograd import conv2d_to_winograd
-
     program, example = block
-    executable = relax.build(conv2d_to_winograd()(program.mod), target=make_target(LLVM))
+    target = make_target(LLVM)
+    passes = task_passes(target, Rewrites(winograd=True, channels_last=channels_last))
+    with target:
+        rewritten = tvm.transform.Sequential(passes)(program.mod)
+    executable = relax.build(rewritten, target=target)
     inputs = [t.numpy() for t in example]
     error = check_outputs(run(executable, inputs), program.reference(inputs))
     assert error < 1e-4, error
@@ -89,14 +96,21 @@ def test_an_onnx_model_gets_the_same_winograd_tasks(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("prepack_weights", [False, True])
-def test_a_model_tuned_with_winograd_builds_and_matches_pytorch(block, tmp_path, prepack_weights):
+@pytest.mark.parametrize(
+    ("prepack_weights", "channels_last"),
+    [(False, False), (True, False), (True, True)],
+    ids=["nchw", "nchw-packed", "nhwc-packed"],
+)
+def test_a_model_tuned_with_winograd_builds_and_matches_pytorch(
+    block, tmp_path, prepack_weights, channels_last
+):
     program, example = block
     tuning = tune_model(
         program, 32, storage=f"sqlite:///{tmp_path / 'model.db'}", batch_size=4,
         progress=lambda line: None, winograd=True, prepack_weights=prepack_weights,
+        channels_last=channels_last,
     )  # fmt: skip
-    assert tuning.rewrites == Rewrites(prepack_weights, winograd=True)
+    assert tuning.rewrites == Rewrites(prepack_weights, True, channels_last)
     database = tmp_path / "database"
     assert write_database(tuning.tasks, tuning.studies, tuning.target, str(database)) > 0
     inputs = [t.numpy() for t in example]

@@ -102,9 +102,9 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="compute convolutions on NHWC data, so that kernels vectorize along the output "
-        "channels; inputs and outputs keep their layout (CPU targets; not with --winograd; "
-        "its tasks' studies are apart from those of a run without it; default: on for CPU "
-        "targets unless --winograd)",
+        "channels; inputs and outputs keep their layout (CPU targets; with --winograd, NHWC "
+        "Winograd convolutions; its tasks' studies are apart from those of a run without it; "
+        "default: on for CPU targets unless --winograd)",
     )
 
 

@@ -93,25 +93,19 @@ class Rewrites:
             function, so that a CPU schedule may pack them into another layout, once, at
             build time (see `tensortune.templates.weight_packing`). Default False.
         winograd: Compute the model's 3x3 convolutions of stride 1 as Winograd convolutions
-            of their weights transformed at build time (`tensortune.model.winograd`).
-            Default False.
+            of their weights transformed at build time (`tensortune.model.winograd`), in
+            NHWC with `channels_last`, else in NCHW. Default False.
         channels_last: Compute the model's convolutions on NHWC data (channels innermost,
             PyTorch's ``channels_last``), converted by TVM's ``ConvertLayout``: the model's
             input and output keep their layout, and the weights are transposed at build time.
             A kernel can then vectorize along the output channels, which every layer has many
-            of, where in NCHW it vectorizes along the width, 7 in ResNet's last stage. Not with
-            `winograd`, whose convolutions are NCHW. Default False.
+            of, where in NCHW it vectorizes along the width, 7 in ResNet's last stage.
+            Default False.
     """
 
     prepack_weights: bool = False
     winograd: bool = False
     channels_last: bool = False
-
-    def __post_init__(self) -> None:
-        if self.winograd and self.channels_last:
-            raise TensortuneError(
-                "Winograd convolutions are NCHW: choose Winograd or channels-last, not both"
-            )
 
     def names(self) -> list[str]:
         """The names of the rewrites chosen, e.g. ``["winograd"]``."""
@@ -161,16 +155,20 @@ _REWRITE_NAMES = {
 
 def task_passes(target: Any, rewrites: Rewrites = NO_REWRITES) -> list[Any]:
     """The passes from a Relax model to the functions its tasks and the database key on:
-    the Winograd or channels-last rewrite if chosen (`Rewrites`, default none),
-    `fusion_passes` (whose ``FoldConstant`` transposes the weights for channels-last), then
-    the weights marked layout-free if chosen."""
+    the channels-last and the Winograd rewrites if chosen (`Rewrites`, default none),
+    `fusion_passes` (whose ``FoldConstant`` transposes the weights for channels-last and
+    transforms them for Winograd), then the weights marked layout-free if chosen."""
     from tvm import relax
 
     from tensortune.model.winograd import conv2d_to_winograd
 
-    layout = [conv2d_to_winograd()] if rewrites.winograd else []
+    layout = []
     if rewrites.channels_last:
         layout.append(relax.transform.ConvertLayout({"relax.nn.conv2d": CHANNELS_LAST}))
+    if rewrites.winograd:
+        # The rewrite takes constant weights: fold channels-last's transposes into them first.
+        layout += [relax.transform.FoldConstant()] if rewrites.channels_last else []
+        layout.append(conv2d_to_winograd())
     packing = [relax.transform.AttachAttrLayoutFreeBuffers()] if rewrites.prepack_weights else []
     return layout + fusion_passes(target) + packing
 

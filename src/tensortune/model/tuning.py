@@ -136,19 +136,20 @@ def tune_model(
             packed once at build time, as ONNX Runtime and MetaSchedule's
             ``cpu_weight_prepack`` do (CPU targets only). Its tasks are other functions, so
             other studies than those of a run without it. Default False.
-        winograd: Compute the model's 3x3 convolutions of stride 1 (float32, NCHW, constant
+        winograd: Compute the model's 3x3 convolutions of stride 1 (float32, constant
             weights) as Winograd F(4x4, 3x3) convolutions, whose weights are transformed once
-            at build time (`tensortune.model.winograd`; CPU targets only). Other tasks, so
-            other studies, as with `prepack_weights`. Default False.
+            at build time (`tensortune.model.winograd`; CPU targets only): NHWC ones with
+            `channels_last`, else NCHW. Other tasks, so other studies, as with
+            `prepack_weights`. Default False.
         channels_last: Compute the model's convolutions on NHWC data, converted by TVM's
             ``ConvertLayout`` (the model's inputs and outputs keep their layout; CPU targets
-            only; not with `winograd`): a kernel can vectorize along the output channels
-            (`tensortune.model.tasks.Rewrites`). Other tasks, so other studies, as with
-            `prepack_weights`. Default None: on for CPU (llvm) targets unless `winograd`. On
-            ResNet-18 (an Emerald Rapids guest, ``studies/README.md``) it made our build
-            1.61-1.92x as fast as NCHW's at 500 and 1000 trials with packed weights, and 1.59x
-            and 1.61x at 1000 without (two seeds each). A model without convolutions has the
-            same tasks either way.
+            only; with `winograd`, NHWC Winograd ones): a kernel can vectorize along the
+            output channels (`tensortune.model.tasks.Rewrites`). Other tasks, so other
+            studies, as with `prepack_weights`. Default None: on for CPU (llvm) targets
+            unless `winograd`. On ResNet-18 (an Emerald Rapids guest, ``studies/README.md``)
+            it made our build 1.61-1.92x as fast as NCHW's at 500 and 1000 trials with packed
+            weights, and 1.59x and 1.61x at 1000 without (two seeds each). A model without
+            convolutions has the same tasks either way.
         warm_start: Warm-start each batch's cost model from the studies of the model's
             other tasks of the same kind (`tensortune.model.tasks.ModelTask.kind`) that have
             a measured kernel, up to `tensortune.sampler.transfer.AUTO_SOURCES` of them,

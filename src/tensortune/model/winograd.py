@@ -6,9 +6,11 @@ element and summed over the input channels (36 small matrix products), and trans
 That is 36 multiplies per tile and channel pair where the direct loop nest does 144. The
 transforms cost adds, and edge tiles are partly wasted, so a layer gains less than 4x.
 
-`conv2d_to_winograd` rewrites every eligible ``relax.nn.conv2d`` of a model into TVM's own
-compute (``topi.nn.conv2d_winograd_nchw_without_weight_transform``) applied to the weight
-transformed by `transformed_weight`. The weight is a constant of the model, so the
+`conv2d_to_winograd` rewrites every eligible ``relax.nn.conv2d`` of a model into a Winograd
+compute applied to the weight transformed by `transformed_weight`: TVM's own in NCHW
+(``topi.nn.conv2d_winograd_nchw_without_weight_transform``), and in NHWC (channels-last,
+after ``ConvertLayout``) `winograd_conv2d_nhwc`, the same stages as TOPI's NHWC compute, whose
+pre-transformed form TVM 0.27 no longer builds. The weight is a constant of the model, so the
 ``FoldConstant`` pass of `tensortune.model.tasks.fusion_passes` runs its transform once, at
 build time; the convolution's bias, residual add and ReLU fuse after it as they do after a
 direct one. The data-transform and inverse blocks of TVM's compute carry MetaSchedule's own
@@ -23,26 +25,34 @@ from typing import Any
 TILE = 4
 #: Kernel size the rewrite applies to.
 KERNEL = 3
+#: The (data, kernel, output) layouts the rewrite takes: PyTorch's, and channels-last's.
+LAYOUTS = (("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC"))
 #: TVM's operator pattern "output-elementwise fusable": later elementwise ops fuse into it.
 _OUT_ELEMWISE_FUSABLE = 4
 
 
-def transformed_weight(weight: Any) -> Any:
-    """The te tensor ``G w G^T`` of an OIHW 3x3 `weight` te tensor, laid out
-    ``(6, 6, in channels, out channels)`` as TVM's Winograd compute reads it."""
+def transformed_weight(weight: Any, layout: str = "OIHW") -> Any:
+    """The te tensor ``G w G^T`` of a 3x3 `weight` te tensor in `layout` (``"OIHW"``, the
+    default, or ``"HWIO"``), laid out ``(6, 6, in channels, out channels)`` as both Winograd
+    computes read it: output channels innermost, where a kernel vectorizes."""
     from tvm import te
     from tvm.topi.nn.winograd_util import winograd_transform_matrices
 
-    out_channels, in_channels, kh, kw = (int(d) for d in weight.shape)
+    if layout == "HWIO":
+        kh, kw, in_channels, out_channels = (int(d) for d in weight.shape)
+    else:
+        out_channels, in_channels, kh, kw = (int(d) for d in weight.shape)
     alpha = TILE + kh - 1
     _, _, g = winograd_transform_matrices(TILE, kh, str(weight.dtype))
     rh = te.reduce_axis((0, kh), "rh")
     rw = te.reduce_axis((0, kw), "rw")
+
+    def tap(ci: Any, co: Any) -> Any:
+        return weight[rh, rw, ci, co] if layout == "HWIO" else weight[co, ci, rh, rw]
+
     return te.compute(
         (alpha, alpha, in_channels, out_channels),
-        lambda eps, nu, ci, co: te.sum(
-            weight[co, ci, rh, rw] * g[eps, rh] * g[nu, rw], axis=[rh, rw]
-        ),
+        lambda eps, nu, ci, co: te.sum(tap(ci, co) * g[eps, rh] * g[nu, rw], axis=[rh, rw]),
         name="winograd_weight",
     )
 
@@ -73,9 +83,82 @@ def winograd_conv2d(data: Any, weight: Any, padding: list[int]) -> Any:
     )
 
 
+def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int]) -> Any:
+    """The NHWC Winograd convolution of te tensors `data` and `weight` (transformed by
+    `transformed_weight`), stride and dilation 1, `padding` as (top, left, bottom, right).
+
+    The stages and their names are TOPI's NHWC compute's, so that MetaSchedule's CPU rules
+    for its data-transform and inverse blocks (``conv2d_nhwc_winograd_*``) schedule them: pad,
+    gather each tile, transform it (``B^T d B``), multiply by the weight summing over the
+    input channels (36 matrix products), transform back (``A^T m A``), scatter the tiles.
+    The input is padded to whole tiles, so the last tiles read zeros, not past it."""
+    from tvm import te, topi
+    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+
+    batch, in_h, in_w, in_channels = (int(d) for d in data.shape)
+    out_channels = int(weight.shape[3])
+    top, left, bottom, right = padding
+    alpha = TILE + KERNEL - 1
+    height, width = in_h + top + bottom - KERNEL + 1, in_w + left + right - KERNEL + 1
+    tiles_h, tiles_w = -(-height // TILE), -(-width // TILE)
+    tiles = batch * tiles_h * tiles_w
+    a, b, _ = winograd_transform_matrices(TILE, KERNEL, str(data.dtype))
+    # Padded to whole tiles: (tiles - 1) * TILE + alpha rows and columns.
+    below = (tiles_h - 1) * TILE + alpha - in_h - top
+    beyond = (tiles_w - 1) * TILE + alpha - in_w - left
+    padded = topi.nn.pad(
+        data,
+        (0, top, left, 0),
+        (0, below, beyond, 0),
+        name="data_pad",
+        attrs={"schedule_rule": "None"},
+    )
+
+    def tile_of(p: Any) -> tuple[Any, Any, Any]:
+        return p // (tiles_h * tiles_w), (p // tiles_w) % tiles_h, p % tiles_w
+
+    def gather(eps: Any, nu: Any, p: Any, ci: Any) -> Any:
+        n, th, tw = tile_of(p)
+        return padded[n, th * TILE + eps, tw * TILE + nu, ci]
+
+    input_tile = te.compute(
+        (alpha, alpha, tiles, in_channels), gather, name="input_tile",
+        attrs={"schedule_rule": "None"},
+    )  # fmt: skip
+    ra, rb = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
+    data_pack = te.compute(
+        (alpha, alpha, tiles, in_channels),
+        lambda eps, nu, p, ci: te.sum(
+            input_tile[ra, rb, p, ci] * b[ra, eps] * b[rb, nu], axis=[ra, rb]
+        ),
+        name="data_pack",
+        attrs={"schedule_rule": "conv2d_nhwc_winograd_data_pack"},
+    )
+    ci = te.reduce_axis((0, in_channels), "ci")
+    bgemm = te.compute(
+        (alpha, alpha, tiles, out_channels),
+        lambda eps, nu, p, co: te.sum(data_pack[eps, nu, p, ci] * weight[eps, nu, ci, co], axis=ci),
+        name="bgemm",
+    )
+    ra, rb = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
+    inverse = te.compute(
+        (TILE, TILE, tiles, out_channels),
+        lambda vh, vw, p, co: te.sum(bgemm[ra, rb, p, co] * a[ra, vh] * a[rb, vw], axis=[ra, rb]),
+        name="inverse",
+        attrs={"schedule_rule": "conv2d_nhwc_winograd_inverse"},
+    )
+
+    def scatter(n: Any, h: Any, w: Any, co: Any) -> Any:
+        p = (n * tiles_h + h // TILE) * tiles_w + w // TILE
+        return inverse[h % TILE, w % TILE, p, co]
+
+    return te.compute((batch, height, width, out_channels), scatter, name="conv2d_winograd")
+
+
 def is_eligible(call: Any) -> bool:
     """Whether Relax expression `call` is a convolution this rewrite takes: ``nn.conv2d`` in
-    NCHW / OIHW, float32, 3x3, stride 1, dilation 1, one group, its weight a constant."""
+    NCHW / OIHW or NHWC / HWIO (`LAYOUTS`), float32, 3x3, stride 1, dilation 1, one group,
+    its weight a constant."""
     import tvm
     from tvm import relax
 
@@ -84,14 +167,16 @@ def is_eligible(call: Any) -> bool:
     weight, attrs = call.args[1], call.attrs
     if not isinstance(weight, tvm.ir.expr.GenericConst):  # a weight computed at run time
         return False
-    shape = [int(d) for d in weight.value.shape]
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    if layouts not in LAYOUTS:
+        return False
+    shape = dict(zip(layouts[1], (int(d) for d in weight.value.shape), strict=True))
     return (
-        shape[2:] == [KERNEL, KERNEL]
+        (shape["H"], shape["W"]) == (KERNEL, KERNEL)
         and str(weight.value.dtype) == "float32"
         and [int(s) for s in attrs.strides] == [1, 1]
         and [int(d) for d in attrs.dilation] == [1, 1]
         and int(attrs.groups) == 1
-        and (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW")
         and (attrs.out_dtype is None or str(attrs.out_dtype) in ("", "void", "float32"))
     )
 
@@ -110,13 +195,15 @@ def conv2d_to_winograd() -> Any:
             if not is_eligible(call):
                 return call
             data, weight = call.args
+            layout = str(call.attrs.kernel_layout)
             transformed = self.builder_.emit(
                 self.builder_.call_te(
-                    transformed_weight, weight, primfunc_name_hint="winograd_weight"
+                    transformed_weight, weight, layout, primfunc_name_hint="winograd_weight"
                 )
             )
+            compute = winograd_conv2d_nhwc if layout == "HWIO" else winograd_conv2d
             return self.builder_.call_te(
-                winograd_conv2d,
+                compute,
                 data,
                 transformed,
                 [int(p) for p in call.attrs.padding],
