@@ -44,7 +44,7 @@ class Block(torch.nn.Module):
 def block():
     torch.manual_seed(0)
     net = Block().eval()
-    example = (torch.randn(1, 8, 10, 10),)
+    example = (torch.randn(1, 8, 14, 14),)
     return from_torch(net, example, name="block"), example
 
 
@@ -64,8 +64,23 @@ def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block, channels
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_a_convolution_of_few_output_tiles_stays_direct(channels_last):
+    # 13x13 is 16 tiles of 4x4 (the least the rewrite takes), 12x12 only 9.
+    from tensortune.model.winograd import MIN_TILES
+
+    assert MIN_TILES == 16
+    target = make_target(LLVM)
+    for size, expected in ((13, 2), (12, 0)):
+        example = (torch.randn(1, 8, size, size),)
+        program = from_torch(Block().eval(), example, name="block")
+        tasks = extract_tasks(program.mod, target, Rewrites(False, True, channels_last))
+        names = [t.name for t in tasks]
+        assert sum("winograd" in name for name in names) == expected, (size, names)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_partial_tiles_read_only_within_the_input_and_compute_the_convolution(block, channels_last):
-    # 10x10 outputs are two whole 4x4 tiles and a part one in each direction: TVM's NCHW
+    # 14x14 outputs are three whole 4x4 tiles and a part one in each direction: TVM's NCHW
     # compute alone reads past its padded input there (whatever memory follows it: 1e26 here
     # once). The model's functions untuned, as the tasks are made.
     import tvm
@@ -87,9 +102,9 @@ def test_an_onnx_model_gets_the_same_winograd_tasks(tmp_path):
     from tensortune.model import load_onnx, parse_input
 
     path = tmp_path / "block.onnx"
-    example = (torch.randn(1, 8, 10, 10),)
+    example = (torch.randn(1, 8, 14, 14),)
     torch.onnx.export(Block().eval(), example, str(path), input_names=["x"], dynamo=False)
-    onnx_program = load_onnx(str(path), [parse_input("x:1x8x10x10")])
+    onnx_program = load_onnx(str(path), [parse_input("x:1x8x14x14")])
     rewrites = Rewrites(winograd=True)
     names = [t.name for t in extract_tasks(onnx_program.mod, make_target(LLVM), rewrites)]
     assert sum("winograd" in name for name in names) == 2, names
@@ -131,10 +146,10 @@ def test_winograd_is_refused_for_a_gpu_target(block, tmp_path, capsys):
         tune_model(program, 4, target=target, storage=f"sqlite:///{db}", winograd=True)
     assert not db.exists()
     torch.onnx.export(
-        Block().eval(), (torch.randn(1, 8, 10, 10),), str(tmp_path / "block.onnx"),
+        Block().eval(), (torch.randn(1, 8, 14, 14),), str(tmp_path / "block.onnx"),
         input_names=["x"], dynamo=False,
     )  # fmt: skip
-    code = main(["tune-model", str(tmp_path / "block.onnx"), "--input", "x:1x8x10x10",
+    code = main(["tune-model", str(tmp_path / "block.onnx"), "--input", "x:1x8x14x14",
                  "--trials", "4", "--target", target, "--storage", f"sqlite:///{db}",
                  "--winograd", "--prepack-weights", "-o", str(tmp_path / "out")])  # fmt: skip
     assert code == 2

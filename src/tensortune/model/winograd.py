@@ -25,6 +25,13 @@ from typing import Any
 TILE = 4
 #: Kernel size the rewrite applies to.
 KERNEL = 3
+#: Fewest output tiles (per image, of `TILE` x `TILE`) a convolution needs for the rewrite.
+#: The transformed weight is 4x the direct one (36 against 9 taps), and each of its elements
+#: serves one multiply-add per tile. ResNet-18's 7x7 layers (4 tiles) read 38 MB of it a call
+#: for 4 multiply-adds each: in the model, where weights come from memory, they took 2.0-2.3
+#: ms a call against 1.4-1.5 for the direct convolution, while its 14x14 layers (16 tiles) won,
+#: 0.85-0.91 against 1.08-1.18 ms (one process, seed 0, 1000 trials; ``studies/README.md``).
+MIN_TILES = 16
 #: The (data, kernel, output) layouts the rewrite takes: PyTorch's, and channels-last's.
 LAYOUTS = (("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC"))
 #: TVM's operator pattern "output-elementwise fusable": later elementwise ops fuse into it.
@@ -158,7 +165,7 @@ def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int]) -> Any:
 def is_eligible(call: Any) -> bool:
     """Whether Relax expression `call` is a convolution this rewrite takes: ``nn.conv2d`` in
     NCHW / OIHW or NHWC / HWIO (`LAYOUTS`), float32, 3x3, stride 1, dilation 1, one group,
-    its weight a constant."""
+    its weight a constant, with at least `MIN_TILES` output tiles."""
     import tvm
     from tvm import relax
 
@@ -171,8 +178,19 @@ def is_eligible(call: Any) -> bool:
     if layouts not in LAYOUTS:
         return False
     shape = dict(zip(layouts[1], (int(d) for d in weight.value.shape), strict=True))
+    data_shape = getattr(call.args[0].ty, "shape", None)
+    if not isinstance(data_shape, relax.ShapeExpr):
+        return False  # a rank known only at run time
+    data = dict(zip(layouts[0], data_shape.values, strict=True))
+    if not all(isinstance(data[d], tvm.tirx.IntImm) for d in "HW"):
+        return False  # a size known only at run time
+    top, left, bottom, right = (int(p) for p in attrs.padding)
+    height = int(data["H"]) + top + bottom - KERNEL + 1
+    width = int(data["W"]) + left + right - KERNEL + 1
+    tiles = -(-height // TILE) * -(-width // TILE)
     return (
         (shape["H"], shape["W"]) == (KERNEL, KERNEL)
+        and tiles >= MIN_TILES
         and str(weight.value.dtype) == "float32"
         and [int(s) for s in attrs.strides] == [1, 1]
         and [int(d) for d in attrs.dilation] == [1, 1]
