@@ -28,9 +28,10 @@ KERNEL = 3
 #: Fewest output tiles (per image, of `TILE` x `TILE`) a convolution needs for the rewrite.
 #: The transformed weight is 4x the direct one (36 against 9 taps), and each of its elements
 #: serves one multiply-add per tile. ResNet-18's 7x7 layers (4 tiles) read 38 MB of it a call
-#: for 4 multiply-adds each: in the model, where weights come from memory, they took 2.0-2.3
-#: ms a call against 1.4-1.5 for the direct convolution, while its 14x14 layers (16 tiles) won,
-#: 0.85-0.91 against 1.08-1.18 ms (one process, seed 0, 1000 trials; ``studies/README.md``).
+#: for 4 multiply-adds each: in the model, where weights come from memory, they took 2.0-2.5
+#: ms a call, 2-3x their time alone, against 1.4-2.1 for the direct convolution, while its
+#: 14x14 layers (16 tiles) won on every reading, 0.82-1.04 against 1.08-1.79 ms (seed 0, 1000
+#: trials; ``studies/README.md``).
 MIN_TILES = 16
 #: The (data, kernel, output) layouts the rewrite takes: PyTorch's, and channels-last's.
 LAYOUTS = (("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC"))
