@@ -65,6 +65,15 @@ def transformed_weight(weight: Any, layout: str = "OIHW") -> Any:
     )
 
 
+def output_tiles(height: int, width: int, padding: list[int]) -> tuple[int, int, int, int]:
+    """The output height and width of a 3x3 convolution of stride 1 over a `height` x
+    `width` input with `padding` (top, left, bottom, right), and how many `TILE` x `TILE`
+    tiles cover them down and across (the last ones partly outside where they do not divide)."""
+    top, left, bottom, right = padding
+    out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
+    return out_h, out_w, -(-out_h // TILE), -(-out_w // TILE)
+
+
 def winograd_conv2d(data: Any, weight: Any, padding: list[int]) -> Any:
     """TVM's NCHW Winograd convolution of te tensors `data` and `weight` (transformed by
     `transformed_weight`), stride and dilation 1, `padding` as (top, left, bottom, right).
@@ -75,9 +84,8 @@ def winograd_conv2d(data: Any, weight: Any, padding: list[int]) -> Any:
     from tvm import te, topi
 
     top, left, bottom, right = padding
-    height = int(data.shape[2]) + top + bottom - KERNEL + 1
-    width = int(data.shape[3]) + left + right - KERNEL + 1
-    extra_h, extra_w = -height % TILE, -width % TILE
+    height, width, tiles_h, tiles_w = output_tiles(int(data.shape[2]), int(data.shape[3]), padding)
+    extra_h, extra_w = tiles_h * TILE - height, tiles_w * TILE - width
     out = topi.nn.conv2d_winograd_nchw_without_weight_transform(
         data, weight, 1, [top, left, bottom + extra_h, right + extra_w], 1, str(data.dtype)
     )
@@ -105,10 +113,9 @@ def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int]) -> Any:
 
     batch, in_h, in_w, in_channels = (int(d) for d in data.shape)
     out_channels = int(weight.shape[3])
-    top, left, bottom, right = padding
+    top, left = padding[:2]
     alpha = TILE + KERNEL - 1
-    height, width = in_h + top + bottom - KERNEL + 1, in_w + left + right - KERNEL + 1
-    tiles_h, tiles_w = -(-height // TILE), -(-width // TILE)
+    height, width, tiles_h, tiles_w = output_tiles(in_h, in_w, padding)
     tiles = batch * tiles_h * tiles_w
     a, b, _ = winograd_transform_matrices(TILE, KERNEL, str(data.dtype))
     # Padded to whole tiles: (tiles - 1) * TILE + alpha rows and columns.
@@ -185,13 +192,11 @@ def is_eligible(call: Any) -> bool:
     data = dict(zip(layouts[0], data_shape.values, strict=True))
     if not all(isinstance(data[d], tvm.tirx.IntImm) for d in "HW"):
         return False  # a size known only at run time
-    top, left, bottom, right = (int(p) for p in attrs.padding)
-    height = int(data["H"]) + top + bottom - KERNEL + 1
-    width = int(data["W"]) + left + right - KERNEL + 1
-    tiles = -(-height // TILE) * -(-width // TILE)
+    padding = [int(p) for p in attrs.padding]
+    _, _, tiles_h, tiles_w = output_tiles(int(data["H"]), int(data["W"]), padding)
     return (
         (shape["H"], shape["W"]) == (KERNEL, KERNEL)
-        and tiles >= MIN_TILES
+        and tiles_h * tiles_w >= MIN_TILES
         and str(weight.value.dtype) == "float32"
         and [int(s) for s in attrs.strides] == [1, 1]
         and [int(d) for d in attrs.dilation] == [1, 1]
