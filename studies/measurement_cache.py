@@ -17,8 +17,10 @@ What a stored result is keyed by, besides the config (canonical JSON, sorted key
 
 Failed candidates are cached too (a config that fails to build, crashes or computes a wrong
 result does so again), except failures at stage ``timeout`` or ``device``, which depend on the
-machine's load or a remote device's presence at the time. Changes to the timing code itself are
-not detected: delete the file (or give another ``--cache``) after one.
+machine's load or a remote device's presence at the time. A stored build that took longer than
+`inner`'s ``build_timeout`` reads as a timeout, as it would have been measured under it.
+Changes to the timing code itself are not detected: delete the file (or give another
+``--cache``) after one.
 """
 
 from __future__ import annotations
@@ -256,6 +258,12 @@ class CachedMeasurer:
         if row is None:
             return None
         costs, error, stage, seconds = row
+        limit = self.inner.settings.build_timeout
+        if error is None and seconds is not None and seconds > limit:
+            return MeasureResult(
+                error=f"build timed out after {limit:g} s (it took {seconds:.1f} s when stored)",
+                stage="timeout",
+            )
         return MeasureResult(
             costs=json.loads(costs),
             error=error,

@@ -155,6 +155,28 @@ def test_failures_are_cached_but_timeouts_are_not(tmp_path):
     assert stored_rows(path) == 2
 
 
+def test_a_stored_build_slower_than_the_build_timeout_reads_as_a_timeout(tmp_path, fast_settings):
+    """A build stored under a long timeout would have been killed under a shorter one: it
+    reads as a timeout there, measured nothing, and stays stored for the longer timeout."""
+    import dataclasses
+
+    workload = tensortune.get_workload("matmul", 32, 32, 32)
+    template = CpuTemplate(workload)
+    config = {k.name: k.choices[0] for k in template.knobs}
+    path = tmp_path / "measurements.db"
+    with cached(template, fast_settings, path) as first:
+        [stored] = first.measure([config])
+    assert stored.error is None and stored.compile_seconds > 0
+    shorter = dataclasses.replace(fast_settings, build_timeout=stored.compile_seconds / 2)
+    with cached(template, shorter, path) as second:
+        [result] = second.measure([config])
+        assert result.stage == "timeout" and "build timed out" in result.error
+        assert (second.hits, second.misses, second.inner.measured) == (1, 0, [])
+    with cached(template, fast_settings, path) as third:
+        [again] = third.measure([config])
+    assert again.error is None and again.costs == stored.costs
+
+
 def test_threads_never_measure_a_config_twice(tmp_path, fast_settings):
     workload = tensortune.get_workload("matmul", 32, 32, 32)
     template = CpuTemplate(workload)

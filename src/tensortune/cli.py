@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--min-repeat-ms", type=int, default=50, help="least ms per cost (default 50)"
     )
-    tune.add_argument("--build-timeout", type=float, default=60.0, help="seconds (default 60)")
+    tune.add_argument("--build-timeout", type=float, default=15.0, help="seconds (default 15)")
     tune.add_argument("--run-timeout", type=float, default=20.0, help="seconds (default 20)")
     tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
     tune.add_argument(
