@@ -32,6 +32,7 @@ rerun only. Writes under ``--out`` (default ``studies/results/models/``):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -398,6 +399,20 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     return variants
 
 
+#: The flags that add arms of ours (`arms`).
+ARM_FLAGS = ("cold_cache", "prepack_weights", "winograd", "channels_last", "warm_start_tasks")
+
+
+def arm_labels() -> set[str]:
+    """The labels of every arm of ours that some combination of `ARM_FLAGS` makes (its system
+    name less ``tensortune-``), which a ``--beside`` label must not take."""
+    names: set[str] = set()
+    for values in itertools.product((False, True), repeat=len(ARM_FLAGS)):
+        flags = argparse.Namespace(work="", beside=[], **dict(zip(ARM_FLAGS, values, strict=True)))
+        names |= set(arms("model", flags))
+    return {name.removeprefix("tensortune-") for name in names - {"tensortune"}}
+
+
 def metaschedule_arms(variants: dict[str, Arm]) -> list[str]:
     """Our arms whose tasks MetaSchedule tunes by default: those timed as usual and tuned cold
     (its search has neither flushed caches nor warm starts)."""
@@ -674,9 +689,7 @@ def main() -> None:
     if any(not label or not sep or not url for label, sep, url in pairs):
         parser.error("--beside takes LABEL=STORAGE, e.g. new=sqlite:///work/resnet18.db")
     labels = [label for label, _, _ in pairs]
-    ours = {"cold", "prepacked", "warm", "cold-warm", "winograd", "winograd-prepacked",
-            "channels-last", "channels-last-prepacked", "winograd-channels-last",
-            "winograd-channels-last-prepacked"}  # fmt: skip
+    ours = arm_labels()
     if len(set(labels)) < len(labels) or ours & set(labels):
         parser.error(f"--beside labels must differ from each other and from {sorted(ours)}")
     if any(label.endswith("-finalists") for label in labels):

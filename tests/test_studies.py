@@ -543,6 +543,22 @@ def test_model_tuning_refuses_a_metaschedule_arm_not_in_the_run(tmp_path):
     assert not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
 
 
+def test_model_tuning_refuses_a_beside_label_that_an_arm_of_ours_takes(tmp_path):
+    """A --beside label is timed as tensortune-LABEL, so one that an arm of ours is named (here
+    the NHWC Winograd arm, which only --winograd --channels-last makes) gets one line, exit 2,
+    with nothing written."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "model_tuning.py"), "--quick",
+         "--beside", f"winograd-channels-last=sqlite:///{tmp_path / 'other.db'}",
+         "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--beside labels must differ" in last and "'winograd-channels-last'" in last, last
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_model_tuning_quick(tmp_path):
     """The whole-model benchmark on a tiny CNN, with --prepack-weights: every system timed,
