@@ -4,6 +4,7 @@ not, threads never measure one config twice, and ``tensortune tune`` never touch
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import sys
@@ -158,8 +159,6 @@ def test_failures_are_cached_but_timeouts_are_not(tmp_path):
 def test_a_stored_build_slower_than_the_build_timeout_reads_as_a_timeout(tmp_path, fast_settings):
     """A build stored under a long timeout would have been killed under a shorter one: it
     reads as a timeout there, measured nothing, and stays stored for the longer timeout."""
-    import dataclasses
-
     workload = tensortune.get_workload("matmul", 32, 32, 32)
     template = CpuTemplate(workload)
     config = {k.name: k.choices[0] for k in template.knobs}
