@@ -33,6 +33,13 @@ from tensortune.model.tuning import model_tuning
 from tensortune.target import make_target, target_spec
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 
+#: Warm timing: repeats of at least this many ms each (many calls back to back, as tuning
+#: times a kernel), and their count.
+WARM_REPEAT_MS = 50
+WARM_REPEATS = 5
+#: Flushed timing: single calls, each after a flush, so more of them for a steady median.
+FLUSHED_CALLS = 50
+
 
 def built_kernel(task: object, config: dict, target: dict, seed: int = 0) -> tuple:
     """`task`'s kernel for `config`, compiled, and its arguments: random inputs, zero outputs."""
@@ -58,9 +65,13 @@ def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
     from tensortune.measure.worker_tasks import FLUSH_CACHE
 
     if flushed:
-        timer = module.time_evaluator("main", tvm.cpu(), repeat=50, f_preproc=FLUSH_CACHE)
+        timer = module.time_evaluator(
+            "main", tvm.cpu(), repeat=FLUSHED_CALLS, f_preproc=FLUSH_CACHE
+        )
     else:
-        timer = module.time_evaluator("main", tvm.cpu(), min_repeat_ms=50, repeat=5)
+        timer = module.time_evaluator(
+            "main", tvm.cpu(), min_repeat_ms=WARM_REPEAT_MS, repeat=WARM_REPEATS
+        )
     return float(timer(*arrays).median)
 
 
