@@ -27,16 +27,15 @@ import numpy as np
 from kernel_profile import kernel_times
 from results_io import write_csv
 
+from tensortune.measure import MeasureSettings
 from tensortune.model import build, from_torch
 from tensortune.model.database import best_config, write_database
 from tensortune.model.tuning import model_tuning
 from tensortune.target import make_target, target_spec
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 
-#: Warm timing: repeats of at least this many ms each (many calls back to back, as tuning
-#: times a kernel), and their count.
-WARM_REPEAT_MS = 50
-WARM_REPEATS = 5
+#: Warm timing: as tuning times a kernel (repeats of many calls back to back).
+TUNING = MeasureSettings()
 #: Flushed timing: single calls, each after a flush, so more of them for a steady median.
 FLUSHED_CALLS = 50
 
@@ -70,7 +69,7 @@ def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
         )
     else:
         timer = module.time_evaluator(
-            "main", tvm.cpu(), min_repeat_ms=WARM_REPEAT_MS, repeat=WARM_REPEATS
+            "main", tvm.cpu(), min_repeat_ms=TUNING.min_repeat_ms, repeat=TUNING.repeat
         )
     return float(timer(*arrays).median)
 
