@@ -12,9 +12,9 @@ import optuna
 import pytest
 
 from tensortune.errors import TensortuneError
+from tensortune.finalists import Pick, fastest, finalist_trials, round_orders
 from tensortune.measure import MeasureSettings
 from tensortune.measure.measurer import Measurer, MeasureResult
-from tensortune.model.finalists import Pick, fastest, finalist_trials, round_orders
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")

@@ -955,3 +955,41 @@ def test_efficiency_report_merges_runs_of_other_seeds(tmp_path):
                            str(overlap)], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "runs overlap" in done.stderr.strip().splitlines()[-1]
     assert not overlap.exists()
+
+
+def test_finalists_gains_judge_each_pick_by_the_other_pass():
+    finalists = studies_module("finalists_operators")
+    # Trial 7 is the study's best; pass A picks 3 (it read fastest there), pass B picks 7.
+    a = {7: 2.0, 3: 1.0, 5: 3.0}
+    b = {7: 1.0, 3: 1.25, 5: math.nan}  # trial 5 failed in pass B
+    gains = finalists.study_gains(7, a, b)
+    assert (gains["pick_a"], gains["pick_b"]) == (3, 7)
+    # A's pick judged by B runs 0.8x the best; B's pick is the best itself (1x).
+    assert gains["cross"] == pytest.approx(math.sqrt(1.0 / 1.25 * 1.0))
+    # Judged by the pass that picked, A's pick reads 2x: the bias the cross figure avoids.
+    assert gains["in_pass"] == pytest.approx(math.sqrt(2.0 * 1.0))
+    assert finalists.study_gains(7, {7: math.nan, 3: 1.0}, b) is None
+    assert finalists.fastest_trial({1: math.nan}) is None
+
+
+@pytest.mark.slow
+def test_finalists_operators_on_a_tuned_study(tmp_path):
+    import tensortune
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    tensortune.tune("matmul", n_trials=6, shape={"M": 64, "N": 64, "K": 64}, storage=storage,
+                    study_name="small", sampler="random", seed=0, show_progress=False)  # fmt: skip
+    script = os.path.join(STUDIES, "finalists_operators.py")
+    command = [sys.executable, script, "--storage", storage, "--count", "3", "--rounds", "2",
+               "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(tmp_path / "finalists.csv") as f:
+        rows = list(csv.DictReader(f))
+    study = optuna.load_study(study_name="small", storage=storage)
+    assert int(rows[0]["trial"]) == study.best_trial.number
+    assert len(rows) == 3 and all(float(r[f"seconds_{p}"]) > 0 for r in rows for p in "AB")
+    assert "Pooled over 1 studies" in (tmp_path / "finalists_summary.md").read_text()
+    nothing = subprocess.run([*command[:3], "--match", "no such study"], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    assert nothing.returncode == 2 and "no tensortune study" in nothing.stderr
