@@ -990,6 +990,6 @@ def test_finalists_operators_on_a_tuned_study(tmp_path):
     assert int(rows[0]["trial"]) == study.best_trial.number
     assert len(rows) == 3 and all(float(r[f"seconds_{p}"]) > 0 for r in rows for p in "AB")
     assert "Pooled over 1 studies" in (tmp_path / "finalists_summary.md").read_text()
-    nothing = subprocess.run([*command[:3], "--match", "no such study"], capture_output=True,
+    nothing = subprocess.run([*command[:4], "--match", "no such study"], capture_output=True,
                              text=True, timeout=120)  # fmt: skip
     assert nothing.returncode == 2 and "no tensortune study" in nothing.stderr
