@@ -65,12 +65,19 @@ def report(out: str, trials: int, versus: tuple[str, ...] = ()) -> None:
     _plot(out)
 
 
+#: The cost model of rows without a ``cost_model``: transfer.py labels its rows only when a run
+#: has several models or another one than its default, XGBoost.
+UNLABELLED_MODEL = "xgb"
+
+
 def merge(folders: list[str], out: str) -> None:
     """Write the rows and curves of the runs in `folders` (each with ``transfer.csv`` and
     ``transfer_curves.csv``) together into `out`. Raises ValueError, writing nothing, where a
     folder lacks either file, a (pair, cost model, mode, seed) is in two folders, the rows
     name more than one CPU (their ``host``) or none (ratios pool only within one machine), or
-    the studies ran different numbers of trials (`study_trials`)."""
+    the studies ran different numbers of trials (`study_trials`). Where some runs label their
+    rows' cost model and others do not, the unlabelled ones are `UNLABELLED_MODEL`'s, so that
+    the same model pools across runs."""
     rows: list[dict] = []
     curves: list[dict] = []
     origin: dict[tuple, str] = {}
@@ -87,6 +94,9 @@ def merge(folders: list[str], out: str) -> None:
             origin[key] = folder
         rows += found
         curves += read_csv(paths[1])
+    if any(row.get("cost_model") for row in rows):  # a run of several models, or not xgb
+        for row in rows + curves:
+            row["cost_model"] = row.get("cost_model") or UNLABELLED_MODEL
     hosts = {row.get("host", "") for row in rows}
     if "" in hosts:
         raise ValueError("rows without a host (made before transfer.py recorded the CPU): "
@@ -260,7 +270,7 @@ def ratio_table(rows: list[dict], trials: int, versus: str = "cold") -> str:
                 count = max((f["pairs"] for f in found if f), default=0)
                 if count:
                     cells = [
-                        model or "xgb",
+                        model or UNLABELLED_MODEL,
                         mode,
                         scope,
                         f"{count:.0f}",

@@ -824,15 +824,17 @@ def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkey
     transfer_report = studies_module("transfer_report")
     write_csv = studies_module("results_io").write_csv
 
-    def run(folder, pair: str, host: str | None, warm: float, trials: int = 16) -> str:
+    def run(folder, pair: str, host: str | None, warm: float, trials: int = 16,
+            model: str | None = None) -> str:  # fmt: skip
         rows, curves = [], []
+        label = {"cost_model": model} if model else {}  # transfer.py labels only some runs
         for mode, value in (("cold", 10.0), ("warm", warm)):
             rows.append({"pair": pair, "kind": "shapes", "target": "t", "mode": mode,
                          "seed": 0, "best@16": value, "retimed@16": value,
                          "retimed_vendor": 40.0, "trials_to_90pct_cold": 8, "wall_s": 1.0}
-                        | ({"host": host} if host is not None else {}))  # fmt: skip
+                        | ({"host": host} if host is not None else {}) | label)  # fmt: skip
             curves += [{"pair": pair, "mode": mode, "seed": 0, "trial": i, "best_gflops": value}
-                       for i in range(1, trials + 1)]  # fmt: skip
+                       | label for i in range(1, trials + 1)]  # fmt: skip
         write_csv(str(folder / "transfer.csv"), rows)
         write_csv(str(folder / "transfer_curves.csv"), curves)
         return str(folder)
@@ -845,6 +847,14 @@ def test_transfer_runs_of_other_pairs_merge_on_one_machine_only(tmp_path, monkey
     text = (both / "transfer_summary.md").read_text()
     assert "| xgb | warm | all | 2 | 2.83 [2.00, 4.00] |" in text  # sqrt(2 * 4)
     assert "counts as 17" in text and "@32" not in text
+    # A run of two models labels its XGBoost rows; an XGBoost-only run does not. They pool.
+    labelled = run(tmp_path / "g", "q", "znver4", 40.0, model="xgb")
+    mixed = tmp_path / "mixed"
+    argv = ["transfer_report.py", "--merge", a, labelled, "--out", str(mixed)]
+    monkeypatch.setattr(sys, "argv", argv)
+    transfer_report.main()
+    text = (mixed / "transfer_summary.md").read_text()
+    assert text.count("| xgb | warm | all | 2 | 2.83 [2.00, 4.00] |") == 1
 
     for folders in (
         [a, run(tmp_path / "c", "p", "znver4", 30.0)],  # p seed 0 twice
