@@ -82,11 +82,13 @@ def study_gains(best: int, a: dict[int, float], b: dict[int, float]) -> dict[str
     """One study's gains (ratios of seconds, above 1: the pick is faster) given its best
     trial `best` and the two passes' readings: ``cross`` (the geometric mean of A→B and B→A)
     and ``in_pass`` (the same judged by the pass that picked). None when a pass lacks the
-    best or any pick."""
-    picks = fastest_trial(a), fastest_trial(b)
-    if None in picks or any(math.isnan(p.get(best, math.nan)) for p in (a, b)):
+    best, a pick, or a reading of the other pass's pick."""
+    pick_a, pick_b = fastest_trial(a), fastest_trial(b)
+    if pick_a is None or pick_b is None:
         return None
-    pick_a, pick_b = picks
+    needed = (a.get(best), b.get(best), b.get(pick_a), a.get(pick_b))
+    if any(s is None or math.isnan(s) for s in needed):
+        return None
     cross = math.sqrt(b[best] / b[pick_a] * (a[best] / a[pick_b]))
     in_pass = math.sqrt(a[best] / a[pick_a] * (b[best] / b[pick_b]))
     return {"cross": cross, "in_pass": in_pass, "pick_a": pick_a, "pick_b": pick_b}

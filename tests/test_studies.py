@@ -979,6 +979,8 @@ def test_finalists_gains_judge_each_pick_by_the_other_pass():
     # Judged by the pass that picked, A's pick reads 2x: the bias the cross figure avoids.
     assert gains["in_pass"] == pytest.approx(math.sqrt(2.0 * 1.0))
     assert finalists.study_gains(7, {7: math.nan, 3: 1.0}, b) is None
+    # B's pick failed in pass A: it cannot be judged, so the study is left out.
+    assert finalists.study_gains(7, {7: 2.0, 3: math.nan}, {7: 1.0, 3: 0.5}) is None
     assert finalists.fastest_trial({1: math.nan}) is None
 
 
