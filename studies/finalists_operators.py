@@ -34,11 +34,16 @@ import time
 import optuna
 from efficiency_goals import geomean_interval, ratio_cell
 
-from tensortune.finalists import FINALISTS, ROUNDS, finalist_trials, time_finalists
-from tensortune.measure import Measurer, MeasureSettings
+from tensortune.finalists import (
+    FINALISTS,
+    ROUNDS,
+    finalist_trials,
+    retiming_settings,
+    time_finalists,
+)
+from tensortune.measure import Measurer
 from tensortune.storage import study_space, study_target, study_workload
 from tensortune.templates import template_for
-from tensortune.trial_records import CACHE_FLUSHED_ATTR
 
 PASSES = ("A", "B")
 
@@ -55,18 +60,19 @@ def load_studies(storage: str, match: str | None) -> list[optuna.Study]:
 
 
 def time_pass(
-    studies: list[optuna.Study], count: int, rounds: int, label: str
+    studies: list[optuna.Study], tops: list[list], rounds: int, label: str
 ) -> list[dict[int, float]]:
-    """One pass: per study, the re-timed median seconds of each finalist by trial number
-    (``nan`` for one that failed now; empty when none ran)."""
+    """One pass: per study, the re-timed median seconds of each of its finalists `tops` by
+    trial number (``nan`` for one that failed now; empty when none ran)."""
     target = study_target(studies[0])
     templates = [template_for(study_workload(s), study_target(s), study_space(s)) for s in studies]
-    # Timed as the studies were: with the caches flushed before each run if they were.
-    flushed = any(t.user_attrs.get(CACHE_FLUSHED_ATTR) for s in studies for t in s.trials[:1])
+    settings = retiming_settings(t for top in tops for t in top)
     found: list[dict[int, float]] = []
-    with Measurer(templates[0], target, MeasureSettings(flush_cache=flushed)) as measurer:
-        for index, (study, template) in enumerate(zip(studies, templates, strict=True), 1):
-            pick = time_finalists(measurer, template, finalist_trials(study, count), rounds)
+    with Measurer(templates[0], target, settings) as measurer:
+        for index, (study, template, top) in enumerate(
+            zip(studies, templates, tops, strict=True), 1
+        ):
+            pick = time_finalists(measurer, template, top, rounds)
             found.append(dict(pick.finalists) if pick is not None else {})
             print(f"[pass {label} {index}/{len(studies)}] {study.study_name}", file=sys.stderr)
     return found
@@ -162,7 +168,7 @@ def main() -> None:
         parser.error("the studies tune for more than one target; --match one of them")
     tops = [finalist_trials(s, args.count) for s in studies]
     started = time.monotonic()
-    passes = {p: time_pass(studies, args.count, args.rounds, p) for p in PASSES}
+    passes = {p: time_pass(studies, tops, args.rounds, p) for p in PASSES}
     os.makedirs(args.out, exist_ok=True)
     write_csv(os.path.join(args.out, "finalists.csv"), studies, tops, passes)
     text = summary(studies, tops, passes, args.count, args.rounds)

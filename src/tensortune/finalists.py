@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import optuna
 
-from tensortune.measure import Measurer
+from tensortune.measure import Measurer, MeasureSettings
+from tensortune.trial_records import CACHE_FLUSHED_ATTR
 
 #: Configs of a study timed again when finalists are asked for (its best few). The model
 #: export's default is 1, none: on ResNet-18 (two seeds, 2026-11-29, ``studies/README.md``)
@@ -80,6 +81,13 @@ def fastest(costs: Sequence[Sequence[float]]) -> int | None:
     one's are empty (all failed)."""
     medians = [(statistics.median(c), i) for i, c in enumerate(costs) if c]
     return min(medians)[1] if medians else None
+
+
+def retiming_settings(trials: Iterable[optuna.trial.FrozenTrial]) -> MeasureSettings:
+    """How finalists are timed again: `MeasureSettings`' defaults, with the caches flushed
+    before each run where any of their `trials` were timed so (such costs do not compare with
+    warm ones)."""
+    return MeasureSettings(flush_cache=any(t.user_attrs.get(CACHE_FLUSHED_ATTR) for t in trials))
 
 
 def time_finalists(

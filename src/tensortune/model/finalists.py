@@ -13,10 +13,16 @@ from typing import Any
 
 import optuna
 
-from tensortune.finalists import FINALISTS, ROUNDS, Pick, finalist_trials, time_finalists
+from tensortune.finalists import (
+    FINALISTS,
+    ROUNDS,
+    Pick,
+    finalist_trials,
+    retiming_settings,
+    time_finalists,
+)
 from tensortune.measure import Measurer, MeasureSettings
 from tensortune.model.tuning import ModelTuning
-from tensortune.trial_records import CACHE_FLUSHED_ATTR
 
 
 def pick_finalists(
@@ -54,8 +60,7 @@ def pick_finalists(
     if not todo:
         return picks
     if settings is None:
-        cold = any(t.user_attrs.get(CACHE_FLUSHED_ATTR) for i in todo for t in finalists[i])
-        settings = MeasureSettings(flush_cache=cold)
+        settings = retiming_settings(t for i in todo for t in finalists[i])
     with Measurer(tuning.templates[todo[0]], tuning.target, settings) as measurer:
         for done, index in enumerate(todo, 1):
             picks[index] = time_finalists(
