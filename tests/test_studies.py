@@ -1005,3 +1005,51 @@ def test_finalists_operators_on_a_tuned_study(tmp_path):
     nothing = subprocess.run([*command[:4], "--match", "no such study"], capture_output=True,
                              text=True, timeout=120)  # fmt: skip
     assert nothing.returncode == 2 and "no tensortune study" in nothing.stderr
+
+
+def test_source_weights_report_reads_each_round_and_the_drop(tmp_path, monkeypatch, capsys):
+    """The weights a warm study's proposals record are read per round and per checkpoint,
+    the drop is the first trial from which every source stays at 0, and a missing storage
+    stops with one line, status 2 and nothing written."""
+    from tensortune.trial_records import PROPOSAL_ATTR
+
+    report = studies_module("source_weights")
+    storage = f"sqlite:///{tmp_path / 'transfer.db'}"
+    # Seed 0 weighs the sources 1 for 8 trials, then (0.5, 0) for 8, then 0 from trial 17 on;
+    # seed 1 keeps a source at 0.25 to the end; the cold study records no weights.
+    plans = {0: [(1, 1.0, 1.0)] * 8 + [(2, 0.5, 0.0)] * 8 + [(3, 0.0, 0.0)] * 16,
+             1: [(1, 1.0, 1.0)] * 16 + [(2, 0.25, 0.0)] * 16}  # fmt: skip
+    for seed, plan in plans.items():
+        study = optuna.create_study(study_name=f"c2/warm/s{seed}/n32", storage=storage)
+        for number, (round_, a, b) in enumerate(plan):
+            proposal = {"round": round_, "source_weights": {"A": a, "B": b}}
+            study.add_trial(optuna.trial.create_trial(
+                value=float(number), system_attrs={PROPOSAL_ATTR: proposal}))  # fmt: skip
+    optuna.create_study(study_name="c2/cold/s0/n32", storage=storage).add_trial(
+        optuna.trial.create_trial(value=1.0)
+    )
+    studies = report.load_warm_studies(storage)
+    assert [s.study_name for s in studies] == ["c2/warm/s0/n32", "c2/warm/s1/n32"]
+    weights = report.trial_weights(studies[0])
+    assert [report.largest_at(weights, n) for n in (8, 9, 16, 17, 33)] == [1, 0.5, 0.5, 0, None]
+    assert report.dropped_from(weights) == 17
+    assert report.dropped_from(report.trial_weights(studies[1])) is None
+    rows = report.round_rows(studies[0])
+    assert [(r["round"], r["first_trial"], r["source"], r["weight"]) for r in rows] == [
+        (1, 0, "A", 1.0), (1, 0, "B", 1.0), (2, 8, "A", 0.5), (2, 8, "B", 0.0),
+        (3, 16, "A", 0.0), (3, 16, "B", 0.0)]  # fmt: skip
+    assert {(r["group"], r["seed"]) for r in rows} == {("c2/warm/n32", 0)}
+    table = report.summary(studies)
+    assert "| c2/warm/n32 | 2 | 0.75 (0.50, 1.00) | 0.12 (0.00, 0.25) |" in table
+    assert table.rstrip().endswith("| 17, - |")
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["source_weights.py", "--storage", storage, "--out", str(out)])
+    report.main()
+    with open(out / "source_weights.csv") as f:
+        assert len(list(csv.DictReader(f))) == 6 + 4
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    monkeypatch.setattr(sys, "argv", ["source_weights.py", "--storage", missing, "--out", str(out)])
+    with pytest.raises(SystemExit) as stopped:
+        report.main()
+    assert stopped.value.code == 2 and "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists()
