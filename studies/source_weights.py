@@ -11,8 +11,9 @@ proposed the trial. This reads those records from every study of ``--storage`` t
 - ``source_weights.csv``: a row per study, model round and source: the round's first trial
   and the source's weight in it;
 - ``source_weights.md``: per group, the largest source weight in effect when trial 16, 32, 64
-  and 128 was proposed (median over seeds, with every seed) and the trial from which every
-  source weighed 0 in each seed ("-" for a seed that never dropped them all).
+  and 128 was proposed (median over seeds, with every seed; "·" for a seed without that
+  trial) and the trial from which every source weighed 0 in each seed ("-" for a seed that
+  never dropped them all).
 
     python studies/source_weights.py --storage sqlite:///studies/work/transfer.db \\
         --out studies/results/transfer-weights
@@ -119,11 +120,13 @@ def summary(studies: list[optuna.Study]) -> str:
         weights = [trial_weights(s) for s in members]
         cells = []
         for n in CHECKPOINTS:
-            values = [w for w in (largest_at(found, n) for found in weights) if w is not None]
+            found_at = [largest_at(found, n) for found in weights]
+            values = [w for w in found_at if w is not None]
             if not values:
                 cells.append("")
                 continue
-            each = ", ".join(f"{v:.2f}" for v in values)
+            # A seed without trial n keeps its place, so that each figure stays by its seed.
+            each = ", ".join("·" if w is None else f"{w:.2f}" for w in found_at)
             cells.append(f"{statistics.median(values):.2f} ({each})")
         drops = ", ".join(str(dropped_from(found) or "-") for found in weights)
         lines.append(f"| {group} | {len(members)} | {' | '.join(cells)} | {drops} |")
@@ -131,8 +134,8 @@ def summary(studies: list[optuna.Study]) -> str:
 
 
 def load_warm_studies(url: str) -> list[optuna.Study]:
-    """The studies at storage `url` (which must exist) whose trials record source weights,
-    by name."""
+    """The studies at storage `url` (which must exist) named with a seed part (``/s<N>``, as
+    the benchmarks name theirs) whose trials record source weights, by name."""
     storage = open_storage(url, must_exist=True)
     found = []
     for summary_ in sorted(optuna.get_all_study_summaries(storage), key=lambda s: s.study_name):

@@ -1041,6 +1041,12 @@ def test_source_weights_report_reads_each_round_and_the_drop(tmp_path, monkeypat
     assert {(r["group"], r["seed"]) for r in rows} == {("c2/warm/n32", 0)}
     table = report.summary(studies)
     assert "| c2/warm/n32 | 2 | 0.75 (0.50, 1.00) | 0.12 (0.00, 0.25) |" in table
+    # A seed without trial 32 keeps its place in the cell, marked.
+    short = optuna.create_study(study_name="c2/warm/s2/n32")
+    first_round = {PROPOSAL_ATTR: {"round": 1, "source_weights": {"A": 1.0}}}
+    for _ in range(16):
+        short.add_trial(optuna.trial.create_trial(value=1.0, system_attrs=first_round))
+    assert "| 0.12 (0.00, 0.25, ·) |" in report.summary([*studies, short])
     assert table.rstrip().endswith("| 17, - |")
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["source_weights.py", "--storage", storage, "--out", str(out)])
