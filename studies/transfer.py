@@ -19,6 +19,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   source ranking the target's configs reversed beyond chance weighs nothing;
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
+- ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold
+  study's start-up design, all of it, and the sources train the model from its first round;
 - ``warm-knob``: the same with ``feature_set="knob"``: the sources' rows and the study's own
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
@@ -133,6 +135,7 @@ MODES = (
     "warm",
     *WEIGHTING_OF_MODE,
     "warm-model",
+    "warm-design",
     "warm-knob",
     "warm-unscreened",
     "enqueue",
@@ -205,6 +208,7 @@ def run_target(
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
         source_starts=0 if mode == "warm-model" else 16,
+        source_startup_share=0.0 if mode == "warm-design" else 0.5,
         source_weighting=WEIGHTING_OF_MODE.get(mode, "evidence"),
         feature_set="knob" if mode == "warm-knob" else None,
         **({"screen_share": 1.0} if mode == "warm-unscreened" else {}),

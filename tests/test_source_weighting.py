@@ -169,12 +169,12 @@ def _add_configs(study, template, n: int, sign: float, seed: int) -> list[tuple]
 
 
 def _tuned(
-    db, name: str, sources, seed: int, n_trials: int = 32, weighting: str = "evidence"
+    db, name: str, sources, seed: int, n_trials: int = 32, weighting: str = "evidence", **options
 ) -> optuna.Study:
     template = CpuTemplate(workload(64, 64, 64))
     create_study(db, name, template.workload, LLVM, None, None)
     sampler = CostModelSampler(
-        template, source_studies=sources, seed=seed, source_weighting=weighting
+        template, source_studies=sources, seed=seed, source_weighting=weighting, **options
     )
     study = optuna.load_study(study_name=name, storage=db, sampler=sampler)
     study.optimize(lambda trial: _synthetic(template.suggest(trial)), n_trials=n_trials)
@@ -240,6 +240,25 @@ def test_a_misleading_source_stops_counting_and_does_not_hurt(tmp_path):
     # tie-break: 8.5 / 11.5 / 9.5 against 9.5 / 11.5 / 8.5).
     assert np.median(bests["inverted"]) >= np.median(bests["cold"]), bests
     assert np.median(bests["honest"]) >= np.median(bests["cold"]), bests
+
+
+def test_a_design_first_warm_start_measures_the_cold_design_then_lets_the_sources_in(tmp_path):
+    """``source_startup_share=0``: the first 16 trials are the cold study's, config for config;
+    the sources train the model from its first round on."""
+    db = open_storage(f"sqlite:///{tmp_path / 'd.db'}")
+    honest = _source_study(db, "honest", (96, 64, 80), sign=1.0)
+    cold = _tuned(db, "cold", [], seed=3, n_trials=16)
+    warm = _tuned(db, "warm", [honest], seed=3, n_trials=24, source_startup_share=0.0)
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in warm.trials]
+    assert kinds[:16] == ["startup"] * 16 and "startup" not in kinds[16:], kinds
+    assert [t.params for t in warm.trials[:16]] == [t.params for t in cold.trials]
+    (history,) = source_weight_rounds(warm).values()
+    assert history and history[0][1] > 0.0, history
+    quarter = _tuned(db, "quarter", [honest], seed=3, n_trials=8, source_startup_share=0.25)
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in quarter.trials]
+    assert [k == "startup" for k in kinds] == [False, True, True, True] * 2, kinds
+    with pytest.raises(ValueError, match="source_startup_share must be within"):
+        CostModelSampler(source_startup_share=1.5)
 
 
 @pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import warnings
 from collections import deque
@@ -53,14 +54,14 @@ class CostModelSampler(BaseSampler):
     Prior studies (``source_studies``) warm-start it: their measured configs, encoded with the
     same operator-independent features, train the model next to the study's own, so the model
     proposes from the first trial; every other trial of the first ``n_startup_trials`` still
-    comes from the space-filling design, so that the study can judge its sources on configs
-    they did not choose. Their weight halves every ``source_half_life`` trials of the study's
-    own and, with ``source_weighting="evidence"`` (or ``"relative"``, ``"outranked"``),
-    follows how well each source ranks the study's own measured configs, down to nothing for
-    one that misleads;
-    once all weigh nothing, the study goes on as a cold one (the rest of the design, the cold
-    feature set). Their best configs, moved into the study's knob space where the knobs
-    match, start annealing chains until the study has enough good configs of its own.
+    comes from the space-filling design (``source_startup_share``), so that the study can
+    judge its sources on configs they did not choose. Their weight halves every
+    ``source_half_life`` trials of the study's own and, with ``source_weighting="evidence"``
+    (or ``"relative"``, ``"outranked"``), follows how well each source ranks the study's own
+    measured configs, down to nothing for one that misleads; once all weigh nothing, the
+    study goes on as a cold one (the rest of the design, the cold feature set). Their best
+    configs, moved into the study's knob space where the knobs match, start annealing chains
+    until the study has enough good configs of its own.
 
     The study's trials are the only state that matters: the queue of proposals and the chain
     states are a cache that a new process rebuilds from the trials. Each trial records where
@@ -177,6 +178,12 @@ class CostModelSampler(BaseSampler):
             study has fewer good configs of its own than restart slots. Default 16, the
             restart slots of the default ``n_chains`` and ``restart_share``; 0 leaves the
             chains to the study's own configs.
+        source_startup_share: Share of a warm study's first `n_startup_trials` that the
+            source-trained model proposes; the rest follow the cold study's start-up design,
+            so that the study can judge its sources on configs they did not choose. Default
+            0.5: every other one, the first the model's. 0 measures the whole design first,
+            as the cold study of the seed does, and lets the sources in from the first
+            model round; 1 leaves the design out.
         screen_share: Where a round's candidates are lowered for program features (sources, the
             TreeGRU) on a template with knob features (`tensortune.features.knob_features_fit`:
             the CPU ones), the share of each search step's candidates lowered: the rest are
@@ -222,6 +229,7 @@ class CostModelSampler(BaseSampler):
         source_half_life: float = 32.0,
         source_weighting: str = SOURCE_WEIGHTINGS[0],
         source_starts: int = 16,
+        source_startup_share: float = 0.5,
         screen_share: float = 0.25,
         feature_processes: int | None = None,
         seed: int | None = None,
@@ -240,6 +248,10 @@ class CostModelSampler(BaseSampler):
         ):
             if count < 0:
                 raise ValueError(f"{name} must be at least 0, got {count}")
+        if not 0 <= source_startup_share <= 1:
+            raise ValueError(
+                f"source_startup_share must be within [0, 1], got {source_startup_share}"
+            )
         if not 0 < screen_share <= 1:
             raise ValueError(f"screen_share must be within (0, 1], got {screen_share}")
         if feature_processes is not None and feature_processes < 1:
@@ -278,6 +290,7 @@ class CostModelSampler(BaseSampler):
         #: The feature set in use: as given, else resolved for the template (see _reset).
         self.feature_set = feature_set or COST_MODELS[cost_model]
         self.n_startup_trials = n_startup_trials
+        self.source_startup_share = source_startup_share
         self.refit_growth = refit_growth
         self.screen_share = screen_share
         self.feature_processes = feature_processes or host_cores()
@@ -486,8 +499,8 @@ class CostModelSampler(BaseSampler):
             # (the sources chose every other config): it finishes the design first, as the
             # cold study of its seed would have, before the model proposes.
             return self._startup_config(history.taken), "startup", float("nan")
-        if warm and n_measured < self.n_startup_trials and number % 2:
-            # Every other early trial of a warm start is the cold start's: configs the sources
+        if warm and n_measured < self.n_startup_trials and not self._model_slot(number):
+            # Part of a warm start's early trials are the cold start's: configs the sources
             # did not choose, on which their ranking can be judged fairly.
             return self._startup_config(history.taken), "startup", float("nan")
         stale = history.n_finished >= self._fitted_at + self.settings.batch_size
@@ -507,6 +520,12 @@ class CostModelSampler(BaseSampler):
             indices, source, score = self._queue.popleft()
             if indices not in history.taken:
                 return indices, source, score
+
+    def _model_slot(self, number: int) -> bool:
+        """Whether early trial `number` of a warm start is the source-trained model's: spread
+        evenly at `source_startup_share`, trial 0 the model's for any share above 0."""
+        share = self.source_startup_share
+        return math.ceil((number + 1) * share) > math.ceil(number * share)
 
     def _propose(self, history: History) -> None:
         assert self._space is not None and self._extractor is not None
