@@ -121,6 +121,46 @@ def test_local_tau_is_how_well_the_studys_own_rows_predict_each_other():
     assert math.isnan(local_tau(make, X, np.ones(64)))
 
 
+def test_validated_weights_keep_sources_only_while_the_model_ranks_better_with_them():
+    taus = np.array([0.9, 0.25])
+    evidence = source_weights(taus, 40, 32.0, "evidence")
+    # With the sources the held-out configs rank as well or better: the evidence's weights.
+    for own, with_sources in ((0.5, 0.5), (0.5, 0.7), (float("nan"), 0.2), (0.5, float("nan"))):
+        found = source_weights(taus, 40, 32.0, "validated", own_tau=own,
+                               with_sources_tau=with_sources)  # fmt: skip
+        assert found == pytest.approx(evidence), (own, with_sources)
+    # Worse with them: nothing, whatever each ranks alone.
+    assert not source_weights(taus, 40, 32.0, "validated", own_tau=0.5, with_sources_tau=0.45).any()
+    # Before the evidence: the decay, as every judged weighting.
+    assert source_weights(taus, 4, 32.0, "validated", own_tau=0.5, with_sources_tau=0.0) == (
+        pytest.approx([source_weight(4, 32.0)] * 2)
+    )
+
+
+def test_local_tau_with_sources_trains_every_fold_on_them():
+    from tensortune.cost_model import BootstrapXGBModel
+    from tensortune.sampler.transfer import SourceRows
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(16, 3))
+    y = X[:, 0]
+    make = lambda: BootstrapXGBModel(n_models=1, seed=0)  # noqa: E731
+    source = rng.normal(size=(200, 3))
+
+    def rows(sign: float) -> SourceRows:
+        targets = sign * source[:, 0]
+        targets = (targets - targets.min()) / np.ptp(targets)
+        return SourceRows(source, targets, np.ones(200, np.int64), ["src"], ["s"])
+
+    alone = local_tau(make, X, y, seed=0)
+    # 200 rows that order the feature as the study does help 12 of its own; reversed ones,
+    # weighing 10 local rows each, turn the held-out ranking around.
+    assert local_tau(make, X, y, 0, rows(1.0), np.array([1.0])) >= alone
+    assert local_tau(make, X, y, 0, rows(-1.0), np.array([10.0])) < min(alone, 0.0)
+    # A source at weight 0 is left out: the folds train on the study's rows alone.
+    assert local_tau(make, X, y, 0, rows(-1.0), np.array([0.0])) == pytest.approx(alone)
+
+
 def test_program_distance_puts_the_same_operator_and_sizes_first():
     base = workload(1024, 1024, 1024)
     assert program_distance(base, workload(1024, 1024, 1024)) == 0.0

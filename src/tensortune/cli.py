@@ -125,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="costmodel: how the --transfer-from studies weigh next to the study's own "
         "configs; evidence: by how well each ranks them, outranked: less still once the "
-        f"study's own configs rank each other better (default {SOURCE_WEIGHTINGS[0]})",
+        "study's own configs rank each other better, validated: none once a model with "
+        f"them ranks held-out configs worse than one without (default {SOURCE_WEIGHTINGS[0]})",
     )
     tune.add_argument(
         "--transfer-storage",

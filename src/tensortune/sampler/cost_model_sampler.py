@@ -169,7 +169,10 @@ class CostModelSampler(BaseSampler):
             ``"shared"``: the evidence's weights split among the source workloads;
             ``"decay"``: the half-life alone; ``"guarded"``: the half-life alone, and nothing
             for a source that ranks them reversed beyond chance
-            (`tensortune.sampler.transfer.reversed_beyond_chance`). Once
+            (`tensortune.sampler.transfer.reversed_beyond_chance`); ``"validated"``: the
+            evidence's weights while a model trained with them ranks the study's held-out
+            configs at least as well as one without (the same 4 folds, 8 more one-member
+            fits a round), none once it ranks them worse. Once
             every source weighs nothing the study drops them and first measures the rest of
             the cold study's start-up design. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.

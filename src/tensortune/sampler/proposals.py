@@ -15,6 +15,7 @@ from tensortune.sampler.screening import Screen, fit_screen, screened
 from tensortune.sampler.settings import RoundSettings
 from tensortune.sampler.transfer import (
     MIN_EVIDENCE,
+    VALIDATED,
     WEIGHTINGS_AGAINST_OWN,
     SourceRows,
     judge_taus,
@@ -126,7 +127,9 @@ def fit_cost_model(
     with ``"evidence"``, how well that source's `judges` (one model per source workload,
     `tensortune.sampler.transfer.fit_judges`; default none: no evidence) rank the study's own
     configs; with ``"relative"`` and ``"outranked"`` against how well those configs rank each
-    other (`tensortune.sampler.transfer.local_tau`, a cross-validation of one-member models)."""
+    other (`tensortune.sampler.transfer.local_tau`, a cross-validation of one-member models);
+    with ``"validated"``, kept only while that cross-validation ranks them at least as well
+    with the sources in every fold as without."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
@@ -143,12 +146,22 @@ def fit_cost_model(
     # Against the study's own ranking a source only loses weight: where the evidence left none,
     # the cross-validation (several model fits) has nothing to cut.
     against_own = settings.source_weighting in WEIGHTINGS_AGAINST_OWN
-    if against_own and n_local >= MIN_EVIDENCE and weights.any():
-        own_tau = local_tau(
-            lambda: make_cost_model(settings.cost_model, settings.loss, 1, seed), X, y, seed
-        )
+    validated = settings.source_weighting == VALIDATED
+    if (against_own or validated) and n_local >= MIN_EVIDENCE and weights.any():
+
+        def one_member() -> CostModel:
+            return make_cost_model(settings.cost_model, settings.loss, 1, seed)
+
+        own_tau = local_tau(one_member, X, y, seed)
+        # The same folds again, with the sources at the evidence's weights.
+        with_tau = local_tau(one_member, X, y, seed, prior, weights) if validated else math.nan
         weights = source_weights(
-            taus, n_local, settings.source_half_life, settings.source_weighting, own_tau=own_tau
+            taus,
+            n_local,
+            settings.source_half_life,
+            settings.source_weighting,
+            own_tau=own_tau,
+            with_sources_tau=with_tau,
         )
     restarted = bool(going_on and weights.sum() < start_weight / 2)
     if restarted:

@@ -46,10 +46,17 @@ if TYPE_CHECKING:
 #: from three conv2d shapes to depthwise: the count of source rows was not what hurt);
 #: ``"decay"``: the decay alone, whatever the source's ranking; ``"guarded"``: the decay
 #: alone, and nothing for a source whose ranking of the study's configs is reversed beyond
-#: what chance gives (`reversed_beyond_chance`).
-SOURCE_WEIGHTINGS = ("evidence", "relative", "outranked", "shared", "decay", "guarded")
+#: what chance gives (`reversed_beyond_chance`); ``"validated"``: the evidence's weights, kept
+#: only while a model trained on the study's configs with them ranks held-out configs at least
+#: as well as one trained without them (`local_tau` both ways, on the same folds), and none
+#: once it ranks them worse, so that sources stay only while they help the model itself.
+SOURCE_WEIGHTINGS = (
+    "evidence", "relative", "outranked", "shared", "decay", "guarded", "validated"
+)  # fmt: skip
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
 WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
+#: The weighting that cross-validates the model with its sources against one without.
+VALIDATED = "validated"
 #: Folds of `local_tau`'s cross-validation.
 LOCAL_FOLDS = 4
 #: The study's own measured configs before a source's ranking of them counts: with fewer, one
@@ -272,23 +279,51 @@ def judge_taus(judges: Sequence[CostModel | None], X: np.ndarray, y: np.ndarray)
 
 
 def local_tau(
-    make_model: Callable[[], CostModel], X: np.ndarray, y: np.ndarray, seed: int = 0
+    make_model: Callable[[], CostModel],
+    X: np.ndarray,
+    y: np.ndarray,
+    seed: int = 0,
+    prior: SourceRows | None = None,
+    prior_weights: np.ndarray | None = None,
 ) -> float:
     """How well the study's own configs rank each other: Kendall's tau of `LOCAL_FOLDS`-fold
     cross-validated predictions (a model made by `make_model` per fold, trained on the other
     folds) against `y`; NaN where `y` cannot be ranked or is too short to fold. The folds are
-    drawn with `seed` (default 0)."""
+    drawn with `seed` (default 0), so two calls with one seed hold out the same configs.
+
+    With `prior` rows (default None: none), every fold trains on them too, each source
+    workload's rows weighing its entry of `prior_weights` (default None: 1 each) next to a
+    local row's 1; a workload at 0 is left out."""
     from tensortune.cost_model import kendall_tau
 
     if len(y) < 2 * LOCAL_FOLDS or np.ptp(y) == 0:
         return float("nan")
+    extra_X, extra_y = X[:0], y[:0]
+    extra_groups, extra_weights = np.empty(0, np.int64), np.empty(0)
+    if prior is not None and len(prior):
+        weights = np.ones(len(prior.workloads)) if prior_weights is None else prior_weights
+        row_weights = weights[prior.groups - 1]  # groups count from 1
+        kept = row_weights > 0
+        extra_X, extra_y = prior.features[kept], prior.targets[kept]
+        extra_groups, extra_weights = prior.groups[kept], row_weights[kept]
     fold = np.random.default_rng(seed).permutation(len(y)) % LOCAL_FOLDS
     predicted = np.empty(len(y))
     for k in range(LOCAL_FOLDS):
         held = fold == k
         if np.ptp(y[~held]) == 0:
             return float("nan")
-        predicted[held] = make_model().fit(X[~held], y[~held]).predict(X[held])[0]
+        model = make_model()
+        if len(extra_y):
+            n = int((~held).sum())
+            model.fit(
+                np.vstack([X[~held], extra_X]),
+                np.concatenate([y[~held], extra_y]),
+                groups=np.concatenate([np.zeros(n, np.int64), extra_groups]),
+                sample_weight=np.concatenate([np.ones(n), extra_weights]),
+            )
+        else:
+            model.fit(X[~held], y[~held])
+        predicted[held] = model.predict(X[held])[0]
     return kendall_tau(predicted, y)
 
 
@@ -310,6 +345,7 @@ def source_weights(
     min_evidence: int = MIN_EVIDENCE,
     full_tau: float = FULL_TAU,
     own_tau: float = float("nan"),
+    with_sources_tau: float = float("nan"),
 ) -> np.ndarray:
     """Weight of one row of each source workload next to a local row's 1.
 
@@ -331,7 +367,11 @@ def source_weights(
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
-            `WEIGHTINGS_AGAINST_OWN` only. Default NaN: not known, `full_tau` alone.
+            `WEIGHTINGS_AGAINST_OWN` and ``"validated"`` only. Default NaN: not known,
+            `full_tau` alone.
+        with_sources_tau: The same with the sources in every fold at the evidence's weights
+            (`local_tau` with ``prior``), read by ``"validated"`` only: below `own_tau`, every
+            source weighs nothing. Default NaN: not known, the evidence's weights stand.
     """
     if weighting not in SOURCE_WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
@@ -349,6 +389,8 @@ def source_weights(
     if weighting == "outranked" and np.isfinite(own_tau) and own_tau > 0:
         versus_own = 2 * np.nan_to_num(taus, nan=own_tau) / own_tau - 1
         trust = np.minimum(trust, np.clip(versus_own, 0.0, 1.0))
+    if weighting == VALIDATED and with_sources_tau < own_tau:  # False where either is NaN
+        return np.zeros(len(taus))
     return decay * trust
 
 
