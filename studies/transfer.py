@@ -21,6 +21,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   best configs do not start annealing chains;
 - ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold
   study's start-up design, all of it, and the sources train the model from its first round;
+- ``warm-local``: the same with ``local_share=0.5``: after the start-up every other trial is
+  proposed by a cold twin, a model of the study's own configs alone (knob features, the cold
+  search), so that the sources' model does not steer the whole search;
 - ``warm-knob``: the same with ``feature_set="knob"``: the sources' rows and the study's own
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
@@ -136,6 +139,7 @@ MODES = (
     *WEIGHTING_OF_MODE,
     "warm-model",
     "warm-design",
+    "warm-local",
     "warm-knob",
     "warm-unscreened",
     "enqueue",
@@ -209,6 +213,7 @@ def run_target(
         source_studies=sources if mode.startswith("warm") else (),
         source_starts=0 if mode == "warm-model" else 16,
         source_startup_share=0.0 if mode == "warm-design" else 0.5,
+        local_share=0.5 if mode == "warm-local" else 0.0,
         source_weighting=WEIGHTING_OF_MODE.get(mode, "evidence"),
         feature_set="knob" if mode == "warm-knob" else None,
         **({"screen_share": 1.0} if mode == "warm-unscreened" else {}),

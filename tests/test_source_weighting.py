@@ -301,6 +301,21 @@ def test_a_design_first_warm_start_measures_the_cold_design_then_lets_the_source
         CostModelSampler(source_startup_share=1.5)
 
 
+def test_a_cold_twin_proposes_the_local_share_of_a_warm_study(tmp_path):
+    """``local_share=0.5``: past the start-up, every other config comes from a model of the
+    study's own configs alone, the rest from the source-trained one."""
+    db = open_storage(f"sqlite:///{tmp_path / 't.db'}")
+    honest = _source_study(db, "honest", (96, 64, 80), sign=1.0)
+    study = _tuned(db, "twin", [honest], seed=0, n_trials=32, local_share=0.5)
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in study.trials]
+    local = [kind.startswith("local ") for kind in kinds]
+    assert not any(local[:16]) and local[16:] == [True, False] * 8, kinds
+    assert {kind.split()[-1] for kind in kinds[16:]} <= {"model", "explore", "random"}, kinds
+    assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 32  # none twice
+    with pytest.raises(ValueError, match="local_share must be within"):
+        CostModelSampler(local_share=-0.1)
+
+
 @pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded"])
 def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
     tmp_path, monkeypatch, weighting

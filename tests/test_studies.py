@@ -502,7 +502,8 @@ def test_record_configs_writes_measured_configs(tmp_path):
 def test_transfer_quick(tmp_path):
     rows = run_quick("transfer.py", tmp_path)
     modes = ["cold", "warm", "warm-relative", "warm-outranked", "warm-shared", "warm-decay",
-             "warm-guarded", "warm-validated", "warm-model", "warm-design", "warm-knob",
+             "warm-guarded", "warm-validated", "warm-model", "warm-design", "warm-local",
+             "warm-knob",
              "warm-unscreened",
              "enqueue"]  # fmt: skip
     assert [r["mode"] for r in rows] == modes

@@ -187,6 +187,13 @@ class CostModelSampler(BaseSampler):
             0.5: every other one, the first the model's. 0 measures the whole design first,
             as the cold study of the seed does, and lets the sources in from the first
             model round; 1 leaves the design out.
+        local_share: Share of a warm study's trials after the start-up that a cold twin
+            proposes: a sampler of these settings without sources, so a model of the study's
+            own configs alone, with the cold feature set and search. It keeps a search of
+            the study's own going beside the sources' model, which can hold every proposal
+            in the region the sources favour. Its proposals are marked ``"local model"`` (or
+            ``"local explore"``, ...) in the ``tensortune:proposal`` attr. Default 0.0: the
+            source-trained model proposes them all.
         screen_share: Where a round's candidates are lowered for program features (sources, the
             TreeGRU) on a template with knob features (`tensortune.features.knob_features_fit`:
             the CPU ones), the share of each search step's candidates lowered: the rest are
@@ -233,6 +240,7 @@ class CostModelSampler(BaseSampler):
         source_weighting: str = SOURCE_WEIGHTINGS[0],
         source_starts: int = 16,
         source_startup_share: float = 0.5,
+        local_share: float = 0.0,
         screen_share: float = 0.25,
         feature_processes: int | None = None,
         seed: int | None = None,
@@ -251,10 +259,12 @@ class CostModelSampler(BaseSampler):
         ):
             if count < 0:
                 raise ValueError(f"{name} must be at least 0, got {count}")
-        if not 0 <= source_startup_share <= 1:
-            raise ValueError(
-                f"source_startup_share must be within [0, 1], got {source_startup_share}"
-            )
+        for name, share in (
+            ("source_startup_share", source_startup_share),
+            ("local_share", local_share),
+        ):
+            if not 0 <= share <= 1:
+                raise ValueError(f"{name} must be within [0, 1], got {share}")
         if not 0 < screen_share <= 1:
             raise ValueError(f"screen_share must be within (0, 1], got {screen_share}")
         if feature_processes is not None and feature_processes < 1:
@@ -294,6 +304,7 @@ class CostModelSampler(BaseSampler):
         self.feature_set = feature_set or COST_MODELS[cost_model]
         self.n_startup_trials = n_startup_trials
         self.source_startup_share = source_startup_share
+        self.local_share = local_share
         self.refit_growth = refit_growth
         self.screen_share = screen_share
         self.feature_processes = feature_processes or host_cores()
@@ -322,6 +333,8 @@ class CostModelSampler(BaseSampler):
         # Finished trials' encoded configs (see read_history), for the study they came from.
         self._encoded: dict[int, tuple[int, ...] | None] = {}
         self._encoded_study: tuple[int, int] | None = None
+        # The cold twin that proposes a warm study's `local_share` (made on first use).
+        self._twin: CostModelSampler | None = None
         #: Wall time per phase of the last model round (for benchmarks and the curious).
         self.last_round_seconds: dict[str, float] = {}
         #: Configs the last model round's searches scored with the model (lowered through TVM
@@ -467,6 +480,7 @@ class CostModelSampler(BaseSampler):
         self._model = None
         self._model_rows = 0
         self._model_start_weight = float("nan")
+        self._twin = None
         self.warm.reset(drop=drop_sources)
         if drop_sources:
             # Go on as the cold study of this seed would, from its random state at the start.
@@ -506,6 +520,9 @@ class CostModelSampler(BaseSampler):
             # Part of a warm start's early trials are the cold start's: configs the sources
             # did not choose, on which their ranking can be judged fairly.
             return self._startup_config(history.taken), "startup", float("nan")
+        if warm and n_measured >= self.n_startup_trials and self._local_slot(number):
+            indices, source, score = self._local_twin()._next_config(study, number, fresh)
+            return indices, f"local {source}", score
         stale = history.n_finished >= self._fitted_at + self.settings.batch_size
         while True:
             if not self._queue or stale:
@@ -529,6 +546,42 @@ class CostModelSampler(BaseSampler):
         evenly at `source_startup_share`, trial 0 the model's for any share above 0."""
         share = self.source_startup_share
         return math.ceil((number + 1) * share) > math.ceil(number * share)
+
+    def _local_slot(self, number: int) -> bool:
+        """Whether trial `number` of a warm study past its start-up is the cold twin's: spread
+        evenly at `local_share`."""
+        share = self.local_share
+        return share > 0 and math.ceil((number + 1) * share) > math.ceil(number * share)
+
+    def _local_twin(self) -> CostModelSampler:
+        """The cold twin of this sampler (see `local_share`), made on first use."""
+        if self._twin is None:
+            assert self._extractor is not None
+            s = self.settings
+            self._twin = CostModelSampler(
+                self._extractor.template,
+                cost_model=self.cost_model,
+                feature_set=self._feature_choice,
+                search=s.search,
+                loss=s.loss,
+                acquisition=s.acquisition,
+                n_models=s.n_models,
+                n_startup_trials=self.n_startup_trials,
+                batch_size=s.batch_size,
+                candidate_factor=s.candidate_factor,
+                diversity=s.diversity,
+                epsilon=s.epsilon,
+                n_chains=s.n_chains,
+                anneal_steps=s.anneal_steps,
+                restart_share=s.restart_share,
+                explore_share=s.explore_share,
+                explore_distance=s.explore_distance,
+                refit_growth=self.refit_growth,
+                screen_share=self.screen_share,
+                feature_processes=self.feature_processes,
+                seed=self.seed,
+            )
+        return self._twin
 
     def _propose(self, history: History) -> None:
         assert self._space is not None and self._extractor is not None
