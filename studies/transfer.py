@@ -133,6 +133,14 @@ KINDS = {
 QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
 #: The modes that run another source weighting than the default's, one per weighting.
 WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WEIGHTINGS[0]}
+#: The sampler options other than the source weighting that set a mode apart from ``warm``.
+OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
+    "warm-model": {"source_starts": 0},
+    "warm-design": {"source_startup_share": 0.0},
+    "warm-local": {"local_share": 0.5},
+    "warm-knob": {"feature_set": "knob"},
+    "warm-unscreened": {"screen_share": 1.0},
+}
 MODES = (
     "cold",
     "warm",
@@ -211,12 +219,8 @@ def run_target(
         cost_model=cost_model,
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
-        source_starts=0 if mode == "warm-model" else 16,
-        source_startup_share=0.0 if mode == "warm-design" else 0.5,
-        local_share=0.5 if mode == "warm-local" else 0.0,
         source_weighting=WEIGHTING_OF_MODE.get(mode, "evidence"),
-        feature_set="knob" if mode == "warm-knob" else None,
-        **({"screen_share": 1.0} if mode == "warm-unscreened" else {}),
+        **OPTIONS_OF_MODE.get(mode, {}),
     )
     start = time.perf_counter()
     if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes

@@ -542,16 +542,12 @@ class CostModelSampler(BaseSampler):
                 return indices, source, score
 
     def _model_slot(self, number: int) -> bool:
-        """Whether early trial `number` of a warm start is the source-trained model's: spread
-        evenly at `source_startup_share`, trial 0 the model's for any share above 0."""
-        share = self.source_startup_share
-        return math.ceil((number + 1) * share) > math.ceil(number * share)
+        """Whether early trial `number` of a warm start is the source-trained model's."""
+        return _in_share(number, self.source_startup_share)
 
     def _local_slot(self, number: int) -> bool:
-        """Whether trial `number` of a warm study past its start-up is the cold twin's: spread
-        evenly at `local_share`."""
-        share = self.local_share
-        return share > 0 and math.ceil((number + 1) * share) > math.ceil(number * share)
+        """Whether trial `number` of a warm study past its start-up is the cold twin's."""
+        return _in_share(number, self.local_share)
 
     def _local_twin(self) -> CostModelSampler:
         """The cold twin of this sampler (see `local_share`), made on first use."""
@@ -674,6 +670,12 @@ class CostModelSampler(BaseSampler):
             return tuple(int(v) for v in found[0])
         # A space this crowded has nothing new left to offer: the 1000th draw, taken or not.
         return tuple(int(v) for v in random_configs(sizes, 1, self._rng)[0])
+
+
+def _in_share(number: int, share: float) -> bool:
+    """Whether trial `number` is one of a `share` of trials spread evenly over the trial
+    numbers: trial 0 is for any share above 0, none for 0, all for 1."""
+    return math.ceil((number + 1) * share) > math.ceil(number * share)
 
 
 #: Tries at a config no other process claimed meanwhile before a duplicate is accepted.

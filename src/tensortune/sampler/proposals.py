@@ -18,6 +18,7 @@ from tensortune.sampler.transfer import (
     VALIDATED,
     WEIGHTINGS_AGAINST_OWN,
     SourceRows,
+    fit_with_sources,
     judge_taus,
     local_tau,
     source_weights,
@@ -169,14 +170,7 @@ def fit_cost_model(
         going_on = False
     if not going_on or math.isnan(start_weight):
         start_weight = float(weights.sum())
-    row_weights = weights[prior.groups - 1]  # groups count from 1
-    kept = row_weights > 0  # a source with no weight is left out, not fit at weight 0
-    model.fit(
-        np.vstack([X, prior.features[kept]]),
-        np.concatenate([y, prior.targets[kept]]),
-        groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups[kept]]),
-        sample_weight=np.concatenate([np.ones(len(y)), row_weights[kept]]),
-    )
+    fit_with_sources(model, X, y, prior, weights)
     return Fit(model, X, y, taus, weights, start_weight, restarted)
 
 

@@ -298,14 +298,8 @@ def local_tau(
 
     if len(y) < 2 * LOCAL_FOLDS or np.ptp(y) == 0:
         return float("nan")
-    extra_X, extra_y = X[:0], y[:0]
-    extra_groups, extra_weights = np.empty(0, np.int64), np.empty(0)
-    if prior is not None and len(prior):
-        weights = np.ones(len(prior.workloads)) if prior_weights is None else prior_weights
-        row_weights = weights[prior.groups - 1]  # groups count from 1
-        kept = row_weights > 0
-        extra_X, extra_y = prior.features[kept], prior.targets[kept]
-        extra_groups, extra_weights = prior.groups[kept], row_weights[kept]
+    if prior is not None and prior_weights is None:
+        prior_weights = np.ones(len(prior.workloads))
     fold = np.random.default_rng(seed).permutation(len(y)) % LOCAL_FOLDS
     predicted = np.empty(len(y))
     for k in range(LOCAL_FOLDS):
@@ -313,18 +307,28 @@ def local_tau(
         if np.ptp(y[~held]) == 0:
             return float("nan")
         model = make_model()
-        if len(extra_y):
-            n = int((~held).sum())
-            model.fit(
-                np.vstack([X[~held], extra_X]),
-                np.concatenate([y[~held], extra_y]),
-                groups=np.concatenate([np.zeros(n, np.int64), extra_groups]),
-                sample_weight=np.concatenate([np.ones(n), extra_weights]),
-            )
+        if prior is not None and prior_weights is not None:
+            fit_with_sources(model, X[~held], y[~held], prior, prior_weights)
         else:
             model.fit(X[~held], y[~held])
         predicted[held] = model.predict(X[held])[0]
     return kendall_tau(predicted, y)
+
+
+def fit_with_sources(
+    model: CostModel, X: np.ndarray, y: np.ndarray, prior: SourceRows, weights: np.ndarray
+) -> CostModel:
+    """`model` fit on the study's rows `X`, `y` (group 0, weight 1 each) and the `prior` rows,
+    each source workload's rows its own group weighing its entry of `weights`; a workload at
+    0 is left out, not fit at weight 0."""
+    row_weights = weights[prior.groups - 1]  # groups count from 1
+    kept = row_weights > 0
+    return model.fit(
+        np.vstack([X, prior.features[kept]]),
+        np.concatenate([y, prior.targets[kept]]),
+        groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups[kept]]),
+        sample_weight=np.concatenate([np.ones(len(y)), row_weights[kept]]),
+    )
 
 
 def reversed_beyond_chance(taus: np.ndarray, n: int, sigmas: float = REVERSED_SIGMAS) -> np.ndarray:
