@@ -17,6 +17,7 @@ import numpy as np
 import optuna
 
 import tensortune
+from tensortune.finalists import best_distinct, round_orders
 from tensortune.measure import Measurer, MeasureSettings
 from tensortune.workloads import PRESETS, Workload
 
@@ -189,13 +190,59 @@ RETIME_ROUNDS = 3
 def early_winners(study: optuna.Study, checkpoints: tuple[int, ...]) -> dict[int, dict]:
     """The config of the best trial among the first n, for each n of `checkpoints` below the
     study's trial count (none where no trial so far succeeded)."""
+    return {n: found[0] for n, found in early_finalists(study, checkpoints, 1).items()}
+
+
+def early_finalists(
+    study: optuna.Study, checkpoints: tuple[int, ...], count: int
+) -> dict[int, list[dict]]:
+    """The configs of the `count` best distinct trials among the first n, best first
+    (`tensortune.finalists.best_distinct`), for each n of `checkpoints` below the study's
+    trial count (none where no trial so far succeeded)."""
     trials = sorted(study.trials, key=lambda t: t.number)
     found = {}
     for n in checkpoints:
-        done = [t for t in trials[:n] if t.state == optuna.trial.TrialState.COMPLETE]
-        if n < len(trials) and done:
-            found[n] = dict(max(done, key=lambda t: t.value or 0.0).params)
+        best = best_distinct(trials[:n], count)
+        if n < len(trials) and best:
+            found[n] = [dict(t.params) for t in best]
     return found
+
+
+def retime_in_passes(
+    template: Any,
+    configs: list[dict],
+    target: dict[str, Any],
+    settings: MeasureSettings,
+    rounds: int,
+    passes: int = 2,
+    vendor_library: str | None = None,
+) -> list[dict[Any, float]]:
+    """Median seconds of each of `configs` (all of `template`), per pass: each is built once and
+    timed in `passes` x `rounds` rounds, every config in each round, the order reversed every
+    other round; round r counts for pass r % `passes`, so that the passes interleave and drift
+    hits every pass and config alike. A pick made on one pass's readings is judged fairly on
+    another's (the fastest of a pass's own readings is biased upward, as a study's best is).
+
+    Per pass: ``{config index: seconds}``, a config that never ran left out, and with
+    `vendor_library` (as in `retime`) that library timed first in each round, under `VENDOR`.
+    """
+    costs: list[dict[Any, list[float]]] = [{} for _ in range(passes)]
+    with Measurer(template, target, settings) as measurer:
+        vendor = Measurer(template, target, settings) if vendor_library else None
+        try:
+            results = measurer.measure(configs)  # built once; this timing is round 0's
+            for r, order in enumerate(round_orders(len(configs), passes * rounds)):
+                found = vendor.vendor_baseline(vendor_library) if vendor is not None else None
+                if found is not None and found[0] == vendor_library:
+                    costs[r % passes].setdefault(VENDOR, []).append(found[1])
+                if r:
+                    measurer.time_again([results[i] for i in order])
+                for i in order:
+                    costs[r % passes].setdefault(i, []).extend(results[i].costs or [])
+        finally:
+            if vendor is not None:
+                vendor.close()
+    return [{k: statistics.median(c) for k, c in p.items() if c} for p in costs]
 
 
 def first_trial(values: list[float | None], level: float, *, above: bool = False) -> int | str:

@@ -87,10 +87,11 @@ from common import (
     RETIME,
     RETIME_ROUNDS,
     VENDOR,
-    early_winners,
+    early_finalists,
     finished,
     first_trial,
     retime,
+    retime_in_passes,
     study_name,
     workload_of,
 )
@@ -255,50 +256,69 @@ def timed_tune(
 RETIMED_ATTR = "bench:retimed:"
 
 
-def retime_pair(pair: str, target: str, studies: dict[str, optuna.Study]) -> dict[str, dict]:
-    """Every mode's winner of its first n trials, for each of `CHECKPOINTS` within its trials,
-    and the vendor library, re-timed interleaved over `common.RETIME_ROUNDS` rounds (so that
-    drift hits all alike): ``{mode: {n: GFLOP/s}}`` and ``{"vendor": {0: GFLOP/s}}``.
+def retime_pair(
+    pair: str, target: str, studies: dict[str, optuna.Study], finalists: int = 1
+) -> dict[str, dict]:
+    """Every mode's winner of its first n trials, for each of `CHECKPOINTS` within its trials
+    and at its last trial, and the vendor library, re-timed interleaved: ``{mode: {n:
+    GFLOP/s}}`` and ``{"vendor": {0: GFLOP/s}}``.
 
-    Kept on the cold study (``RETIMED_ATTR + pair``; cold studies are shared by the pairs of a
-    target), with the winners' configs, and read back on a second run only if every mode is
-    in it with the same winners: a mode whose studies were run again with other code finds
-    other winners, which are timed afresh."""
+    With `finalists` 1 (the default) the winner is the study's best of its first n trials,
+    timed over `common.RETIME_ROUNDS` rounds (`common.retime`). Above 1 it is what ``tensortune
+    export --finalists N`` would pick: the fastest of the best `finalists` distinct configs by
+    one pass of `common.RETIME_ROUNDS` rounds, and its figure that of a second pass,
+    interleaved with the first (`common.retime_in_passes`), as a pick judged on its own
+    readings is biased upward.
+
+    Kept on the cold study (``RETIMED_ATTR + pair``, suffixed ``:finalistsN`` above 1; cold
+    studies are shared by the pairs of a target), with the configs timed, and read back on a
+    second run only if every mode is in it with the same configs: a mode whose studies were
+    run again with other code finds other winners, which are timed afresh."""
     cold = studies["cold"]
-    configs = {mode: _winners(study) for mode, study in studies.items()}
-    kept = cold.user_attrs.get(RETIMED_ATTR + pair)
+    configs = {mode: _finalists(study, finalists) for mode, study in studies.items()}
+    key = RETIMED_ATTR + pair + (f":finalists{finalists}" if finalists > 1 else "")
+    kept = cold.user_attrs.get(key)
     if kept is not None and kept.get("configs") == json.loads(json.dumps(configs)):
         return {
             mode: {int(n): v for n, v in found.items()} for mode, found in kept["gflops"].items()
         }
     workload = workload_of(target)
     template = CpuTemplate(workload)
-    kernels: dict[str, tuple[object, dict]] = {}
-    winners: dict[str, dict[int, str]] = {}  # mode -> checkpoint -> kernel name
-    for mode, early in configs.items():
-        winners[mode] = {}
-        for n, config in early.items():
-            # One kernel per distinct config: the same winner at two checkpoints is one timing.
-            name = next((k for k, (_, c) in kernels.items() if c == config), f"{mode}@{n}")
-            kernels.setdefault(name, (template, config))
-            winners[mode][n] = name
     library = cold.user_attrs.get("vendor_library")
-    seconds = retime(kernels, target_spec("llvm"), RETIME, RETIME_ROUNDS, library)
-    found: dict[str, dict] = {
-        mode: {n: workload.flop_count / seconds[k] / 1e9 for n, k in names.items() if k in seconds}
-        for mode, names in winners.items()
-    }
-    if VENDOR in seconds:
-        found["vendor"] = {0: workload.flop_count / seconds[VENDOR] / 1e9}
-    cold.set_user_attr(RETIMED_ATTR + pair, {"configs": configs, "gflops": found})
-    return found
+    distinct: list[dict] = []  # one kernel per distinct config, whatever modes share it
+    for found in configs.values():
+        for early in found.values():
+            distinct += [c for c in early if c not in distinct]
+    if finalists > 1:
+        picking, judging = retime_in_passes(
+            template, distinct, target_spec("llvm"), RETIME, RETIME_ROUNDS, 2, library
+        )
+    else:
+        kernels = {str(i): (template, c) for i, c in enumerate(distinct)}
+        timed = retime(kernels, target_spec("llvm"), RETIME, RETIME_ROUNDS, library)
+        judging = {VENDOR if k == VENDOR else int(k): v for k, v in timed.items()}
+        picking = judging
+    gflops: dict[str, dict] = {}
+    for mode, found in configs.items():
+        gflops[mode] = {}
+        for n, early in found.items():
+            ran = [i for i in (distinct.index(c) for c in early) if i in picking and i in judging]
+            if ran:
+                pick = min(ran, key=picking.__getitem__)
+                gflops[mode][n] = workload.flop_count / judging[pick] / 1e9
+    if VENDOR in judging:
+        gflops["vendor"] = {0: workload.flop_count / judging[VENDOR] / 1e9}
+    cold.set_user_attr(key, {"configs": configs, "gflops": gflops})
+    return gflops
 
 
-def _winners(study: optuna.Study) -> dict[int, dict]:
-    """The study's best config among its first n trials, per checkpoint within its trials
-    and at its last trial."""
-    early = early_winners(study, CHECKPOINTS)
-    early[len(study.trials)] = dict(study.best_trial.params)
+def _finalists(study: optuna.Study, count: int) -> dict[int, list[dict]]:
+    """The study's best `count` distinct configs among its first n trials, best first, per
+    checkpoint within its trials and at its last trial."""
+    early = early_finalists(study, CHECKPOINTS, count)
+    early[len(study.trials)] = early_finalists(study, (len(study.trials) + 1,), count)[
+        len(study.trials) + 1
+    ]
     return early
 
 
@@ -336,7 +356,14 @@ def main() -> None:
     cache.add_argument(
         "--no-cache", action="store_true", help="measure every config of every study afresh"
     )
+    parser.add_argument(
+        "--finalists", type=int, default=1,
+        help="re-time as `tensortune export --finalists N` picks: the fastest of each winner's "
+        "N best configs by one pass, its figure a second pass's (default 1: the study's best)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.finalists < 1:
+        parser.error(f"--finalists must be at least 1, got {args.finalists}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pairs = {p: PAIRS[p] for p in args.pairs}
     trials, seeds, source_seeds, source_trials = args.trials, args.seeds, [0, 1, 2], SOURCE_TRIALS
@@ -370,7 +397,7 @@ def main() -> None:
                     )
                     best = studies[mode].best_value
                     print(f"{pair} {model} {mode} s{seed}: {best:.1f} GFLOP/s", flush=True)
-                retimed = retime_pair(pair, target, studies)
+                retimed = retime_pair(pair, target, studies, args.finalists)
                 pair_rows, pair_curves = summarize(pair, target, seed, studies, retimed)
                 if len(args.cost_model) > 1 or model != DEFAULT_COST_MODEL:
                     for row in pair_rows + pair_curves:

@@ -14,6 +14,7 @@ import pytest
 import tensortune
 from tensortune import TensortuneError
 from tensortune.cli import main
+from tensortune.finalists import finalist_trials
 
 #: What the matmul vendor may name: the faster of PyTorch (where installed) and NumPy.
 VENDORS = ("torch-", "numpy-")
@@ -85,6 +86,22 @@ def test_tune_resume_best_export(tmp_path, capsys):
     kernel.check(seed=5)
     a, b = kernel.workload.random_inputs(seed=9)
     assert abs(kernel(a, b) - a @ b).max() < 1e-4
+
+    # With finalists: the study's best 3 configs timed again, the fastest exported.
+    picked = tmp_path / "picked"
+    assert main(["export", "--storage", storage, "--study", "mm", "-o", str(picked),
+                 "--finalists", "3"]) == 0  # fmt: skip
+    assert "timed again" in capsys.readouterr().out
+    finalists = json.loads((picked / "config.json").read_text())["finalists"]
+    top = finalist_trials(study, 3)
+    assert finalists["count"] == 3 and finalists["study_best_trial"] == top[0].number
+    assert [f["trial"] for f in finalists["timed_again"]] == [t.number for t in top]
+    assert all(0 < f["seconds"] < 0.1 for f in finalists["timed_again"])
+    fastest = min(finalists["timed_again"], key=lambda f: f["seconds"])
+    kernel = tensortune.load_kernel(str(picked))
+    assert kernel.manifest["trial"] == fastest["trial"]
+    assert kernel.config == study.trials[fastest["trial"]].params
+    kernel.check(seed=5)
 
     # A second export to the same folder is refused; corrupt exports are refused on load.
     assert main(["export", "--storage", storage, "--study", "mm", "-o", str(out)]) == 2
@@ -164,6 +181,7 @@ BAD_INPUTS = [
     (["tune", "matmul", "--shape", "4,4,4", "--batch-size", "0"], "batch_size must be at least 1"),
     (["best", "--study", "nope"], "no storage at sqlite:///tensortune.db"),
     (["export", "--study", "nope", "-o", "out"], "no storage at sqlite:///tensortune.db"),
+    (["export", "--study", "s", "-o", "out", "--finalists", "0"], "--finalists must be at least 1"),
     # Inputs that pass parsing and used to fail late, or not at all.
     (["tune", "matmul", "--shape", "M=16,N=16,K=16,K=4"], "K given twice"),
     (["tune", "matmul", "--shape", "4,4,4", "--seed", "-1"], "seed must be an integer from 0"),

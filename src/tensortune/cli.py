@@ -180,6 +180,13 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
     export.add_argument("--study", required=True)
     export.add_argument("-o", "--output", required=True, help="folder to create")
+    export.add_argument(
+        "--finalists",
+        type=int,
+        default=1,
+        help="export the fastest of the study's best N configs, timed again side by side on "
+        "this host (default 1: the study's best as tuning timed it)",
+    )
 
     dash = sub.add_parser("dashboard", help="serve optuna-dashboard on a storage")
     dash.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
@@ -307,8 +314,24 @@ def _export(args: argparse.Namespace) -> None:
     from tensortune.export import export_best
     from tensortune.storage import load_study, open_storage
 
+    if args.finalists < 1:
+        raise TensortuneError(f"--finalists must be at least 1, got {args.finalists}")
     study = load_study(open_storage(args.storage, must_exist=True), args.study)
-    print(f"exported to {export_best(study, args.output)}")
+    if args.finalists > 1:
+        print(f"timing the study's best {args.finalists} configs again...", flush=True)
+    directory = export_best(study, args.output, finalists=args.finalists)
+    with open(os.path.join(directory, "config.json")) as f:
+        manifest = json.load(f)
+    picked = manifest.get("finalists")
+    if picked is not None:
+        timed = len(picked["timed_again"])
+        best = picked["study_best_trial"]
+        how = "its best" if manifest["trial"] == best else f"over its best, trial {best}"
+        print(
+            f"trial {manifest['trial']} ({picked['retimed_gflops']:.1f} GFLOP/s timed again), "
+            f"the fastest of the study's {timed} best configs timed again, {how}"
+        )
+    print(f"exported to {directory}")
 
 
 def _dashboard(args: argparse.Namespace) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 import optuna
 
 from tensortune.measure import Measurer, MeasureSettings
+from tensortune.storage import study_space, study_target, study_workload
+from tensortune.templates import template_for
 from tensortune.trial_records import CACHE_FLUSHED_ATTR
 
 #: Configs of a study timed again when finalists are asked for (its best few). The model
@@ -53,10 +55,20 @@ class Pick:
 def finalist_trials(study: Any, count: int) -> list[optuna.trial.FrozenTrial]:
     """The complete trials of `study` with the `count` highest values, one per config (a
     config measured twice counts once, at its better value), best first."""
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    ranked = sorted(
-        (t for t in complete if t.value is not None), key=lambda t: (-t.value, t.number)
-    )
+    return best_distinct(study.get_trials(deepcopy=False), count)
+
+
+def best_distinct(
+    trials: Iterable[optuna.trial.FrozenTrial], count: int
+) -> list[optuna.trial.FrozenTrial]:
+    """The complete ones of `trials` with the `count` highest values, one per config (at its
+    better value; the earlier trial on a tie), best first."""
+    done = [
+        (t.value, t)
+        for t in trials
+        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None
+    ]
+    ranked = [t for _, t in sorted(done, key=lambda vt: (-vt[0], vt[1].number))]
     seen: set[tuple] = set()
     chosen = []
     for trial in ranked:
@@ -125,3 +137,26 @@ def time_finalists(
         trials[best].number,
         tuple((t.number, m) for t, m in zip(trials, medians, strict=True)),
     )
+
+
+def pick_study_finalist(study: Any, count: int = FINALISTS, rounds: int = ROUNDS) -> Pick | None:
+    """The fastest of `study`'s best `count` configs (`finalist_trials`), each built for the
+    study's target and timed again `rounds` times in turns on this host
+    (`time_finalists`, with `retiming_settings`).
+
+    Args:
+        study: A tensortune study.
+        count: Finalists. Default `FINALISTS`.
+        rounds: Timings of each finalist. Default `ROUNDS`.
+
+    Returns:
+        The `Pick`; None where there is nothing to choose (``count < 2``, or fewer than two
+        distinct configs measured) or none of the finalists can be built and timed here now.
+    """
+    trials = finalist_trials(study, count) if count > 1 else []
+    if len(trials) < 2:
+        return None
+    target = study_target(study)
+    template = template_for(study_workload(study), target, study_space(study))
+    with Measurer(template, target, retiming_settings(trials)) as measurer:
+        return time_finalists(measurer, template, trials, rounds)
