@@ -271,7 +271,8 @@ def retime_pair(
     readings is biased upward.
 
     Kept on the cold study (``RETIMED_ATTR + pair``, suffixed ``:finalistsN`` above 1; cold
-    studies are shared by the pairs of a target), with the configs timed, and read back on a
+    studies are shared by the pairs of a target), with the configs timed and, under
+    ``best_gflops``, each study's own best by the same judging pass, and read back on a
     second run only if every mode is in it with the same configs: a mode whose studies were
     run again with other code finds other winners, which are timed afresh."""
     cold = studies["cold"]
@@ -299,16 +300,19 @@ def retime_pair(
         judging = {VENDOR if k == VENDOR else int(k): v for k, v in timed.items()}
         picking = judging
     gflops: dict[str, dict] = {}
+    best: dict[str, dict] = {}  # the study's best by the judging pass, beside the pick
     for mode, found in configs.items():
-        gflops[mode] = {}
+        gflops[mode], best[mode] = {}, {}
         for n, early in found.items():
             ran = [i for i in (distinct.index(c) for c in early) if i in picking and i in judging]
             if ran:
                 pick = min(ran, key=picking.__getitem__)
                 gflops[mode][n] = workload.flop_count / judging[pick] / 1e9
+            if distinct.index(early[0]) in judging:
+                best[mode][n] = workload.flop_count / judging[distinct.index(early[0])] / 1e9
     if VENDOR in judging:
         gflops["vendor"] = {0: workload.flop_count / judging[VENDOR] / 1e9}
-    cold.set_user_attr(key, {"configs": configs, "gflops": gflops})
+    cold.set_user_attr(key, {"configs": configs, "gflops": gflops, "best_gflops": best})
     return gflops
 
 
