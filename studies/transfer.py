@@ -100,6 +100,7 @@ from results_io import best_so_far, write_csv
 
 import tensortune
 from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
+from tensortune.finalists import best_distinct
 from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, project_config
 from tensortune.storage import create_study, open_storage, study_target
 from tensortune.target import target_spec
@@ -320,9 +321,7 @@ def _finalists(study: optuna.Study, count: int) -> dict[int, list[dict]]:
     """The study's best `count` distinct configs among its first n trials, best first, per
     checkpoint within its trials and at its last trial."""
     early = early_finalists(study, CHECKPOINTS, count)
-    early[len(study.trials)] = early_finalists(study, (len(study.trials) + 1,), count)[
-        len(study.trials) + 1
-    ]
+    early[len(study.trials)] = [dict(t.params) for t in best_distinct(study.trials, count)]
     return early
 
 
