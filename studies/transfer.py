@@ -53,7 +53,9 @@ wall seconds count reused configs as free. Writes under ``--out`` (default
 
 - ``transfer.csv``: per pair, mode and seed: best GFLOP/s at 16 / 32 / 64 / 128 trials as
   found while tuning and re-timed (each mode's winner of its first n trials and the vendor
-  library, timed interleaved after the pair's modes finished, `retime_pair`), trials to reach
+  library, timed interleaved after the pair's modes finished, `retime_pair`; with
+  ``--finalists N`` each winner is the fastest of its study's N best configs by one re-timing,
+  quoted by a second, as ``tensortune export --finalists N`` would pick), trials to reach
   90 % of the cold study's best (same seed), wall seconds, the configs the cache answered and
   measured;
 - ``transfer_curves.csv``: best-so-far per trial; ``transfer.png``: the curves;

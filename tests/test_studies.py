@@ -905,9 +905,27 @@ def test_gpu_study_stops_at_once_without_a_gpu(tmp_path):
     assert not (tmp_path / "gpu.db").exists() and not (tmp_path / "o").exists()
 
 
+def test_early_finalists_are_the_best_distinct_configs_of_the_first_n_trials():
+    sys.path.insert(0, STUDIES)
+    try:
+        import common
+    finally:
+        sys.path.remove(STUDIES)
+    study = optuna.create_study(direction="maximize")
+    space = {"tile": optuna.distributions.IntDistribution(0, 9)}
+    for tile, value in [(1, 10.0), (2, 30.0), (2, 35.0), (3, 20.0), (4, 50.0), (5, 1.0)]:
+        study.add_trial(optuna.trial.create_trial(params={"tile": tile}, distributions=space,
+                                                  value=value))  # fmt: skip
+    found = common.early_finalists(study, (2, 4, 6, 9), 2)
+    # Config 2 counts once, at its better value; checkpoints at or past the trials are out.
+    assert found == {2: [{"tile": 2}, {"tile": 1}], 4: [{"tile": 2}, {"tile": 3}]}
+    assert common.early_winners(study, (2, 4)) == {2: {"tile": 2}, 4: {"tile": 2}}
+
+
 @pytest.mark.slow
 def test_common_retime_and_first_trial():
-    """The studies' one re-timing (real builds, round-robin) and their one trials-to-a-level."""
+    """The studies' re-timings (real builds, round-robin; in interleaved passes) and their one
+    trials-to-a-level."""
     sys.path.insert(0, STUDIES)
     try:
         import common
@@ -923,6 +941,14 @@ def test_common_retime_and_first_trial():
     settings = tensortune.MeasureSettings(repeat=2, min_repeat_ms=1)
     seconds = common.retime(kernels, target_spec("llvm"), settings, rounds=2)
     assert set(seconds) == {"a"} and seconds["a"] > 0
+    # Two interleaved passes of one build each (the finalists' pick and its judge): each pass
+    # has every config that ran, under its index; the one outside the space is left out.
+    second = dict(first)
+    second[template.knobs[0].name] = template.knobs[0].choices[-1]
+    passes = common.retime_in_passes(template, [first, bad, second], target_spec("llvm"),
+                                     settings, rounds=2)  # fmt: skip
+    assert len(passes) == 2
+    assert all(set(p) == {0, 2} and all(v > 0 for v in p.values()) for p in passes)
     assert common.first_trial([None, 1.0, 3.0, 2.0], 3.0) == 3
     assert common.first_trial([None, 1.0, 3.0, 4.0], 3.0, above=True) == 4
     assert common.first_trial([1.0, None], 5.0) == ""

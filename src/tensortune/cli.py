@@ -323,6 +323,9 @@ def _export(args: argparse.Namespace) -> None:
     with open(os.path.join(directory, "config.json")) as f:
         manifest = json.load(f)
     picked = manifest.get("finalists")
+    if picked is None and args.finalists > 1:
+        print(f"fewer than two configs could be timed again: trial {manifest['trial']}, the "
+              "study's best as tuned")  # fmt: skip
     if picked is not None:
         timed = len(picked["timed_again"])
         best = picked["study_best_trial"]

@@ -39,10 +39,10 @@ def export_best(study: optuna.Study, directory: str, finalists: int = 1) -> str:
         finalists: Export the fastest of the study's best `finalists` configs, timed again side
             by side on this host (`tensortune.finalists.pick_study_finalist`); the manifest's
             ``finalists`` entry records the pick. Default 1: the study's best as tuning timed
-            it. A study's best is the fastest of many timings, so partly luck; on 40 studies
-            of two convolutions the pick of 4 ran 1.03x the study's best (95 % interval
-            1.00-1.07), and 1.07x (1.02-1.13) on warm-started depthwise studies, which put many
-            near-equal configs in the running (``studies/README.md``).
+            it. A study's best is the fastest of many timings, so partly luck; but on the 90
+            studies of the transfer pairs at 128 trials the pick of 4, judged by another
+            re-timing, ran 1.01x the study's best (95 % interval 0.99-1.03, a tie;
+            ``studies/README.md``).
     """
     if finalists < 1:
         raise TensortuneError(f"finalists must be at least 1, got {finalists}")

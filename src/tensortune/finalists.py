@@ -26,8 +26,9 @@ from tensortune.trial_records import CACHE_FLUSHED_ATTR
 #: export's default is 1, none: on ResNet-18 (two seeds, 2026-11-29, ``studies/README.md``)
 #: builds with finalists ran 1.01x those of the studies' bests, 95 % interval 0.98-1.04, a tie.
 #: On 20 single-operator studies each pick, judged by a second re-timing, ran 1.03x the
-#: study's best (0.98-1.10, a tie; ``studies/finalists_operators.py``), so the single-operator
-#: export takes the study's best.
+#: study's best (0.98-1.10, a tie; ``studies/finalists_operators.py``), and on the 90 studies
+#: of the transfer pairs at 128 trials 1.01x (0.99-1.03; ``studies/transfer.py --finalists``),
+#: so the single-operator export takes the study's best unless asked (``--finalists``).
 FINALISTS = 4
 #: Times each finalist is timed, the order reversed each time, so that a drift of the machine's
 #: speed during the rounds favours none.

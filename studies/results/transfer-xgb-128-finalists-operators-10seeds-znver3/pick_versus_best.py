@@ -10,15 +10,15 @@ bootstrap interval, and the median), and pick / best per mode (what the finalist
 """
 
 import math
+import os
 import statistics
 import sys
-import os
 
 import optuna
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from efficiency_goals import geomean_interval, ratio_cell  # noqa: E402
-from transfer import PAIRS, RETIMED_ATTR  # noqa: E402
+from efficiency_goals import geomean_interval, ratio_cell
+from transfer import PAIRS, RETIMED_ATTR
 
 CHECKPOINTS = ("16", "32", "64", "128")
 
@@ -52,9 +52,8 @@ def main(url: str, pairs: list[str]) -> None:
         found = geomean_interval([math.log(r) for r in ratio])
         print(f"pooled @128 {mode} pick/best over {len(ratio)} studies: {ratio_cell(found)}")
     both = gains["cold"] + gains["warm"]
-    print(
-        f"pooled @128 pick/best over {len(both)} studies: {ratio_cell(geomean_interval([math.log(r) for r in both]))}"
-    )
+    found = geomean_interval([math.log(r) for r in both])
+    print(f"pooled @128 pick/best over {len(both)} studies: {ratio_cell(found)}")
 
 
 if __name__ == "__main__":
