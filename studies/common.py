@@ -218,20 +218,25 @@ def retime_in_passes(
     vendor_library: str | None = None,
 ) -> list[dict[Any, float]]:
     """Median seconds of each of `configs` (all of `template`), per pass: each is built once and
-    timed in `passes` x `rounds` rounds, every config in each round, the order reversed every
-    other round; round r counts for pass r % `passes`, so that the passes interleave and drift
-    hits every pass and config alike. A pick made on one pass's readings is judged fairly on
-    another's (the fastest of a pass's own readings is biased upward, as a study's best is).
+    timed in `passes` x `rounds` rounds, every config in each round; round r counts for pass
+    r % `passes`, so that the passes interleave and drift hits every pass and config alike, and
+    runs in the order `round_orders` gives the pass's (r // `passes`)-th round, so that each
+    pass sees the configs forward and backward. A pick made on one pass's readings is judged
+    fairly on another's (the fastest of a pass's own readings is biased upward, as a study's
+    best is).
 
     Per pass: ``{config index: seconds}``, a config that never ran left out, and with
-    `vendor_library` (as in `retime`) that library timed first in each round, under `VENDOR`.
+    `vendor_library` (as in `retime`) that library timed at the start of each round (in the
+    first, after the build's own timing of the configs), under `VENDOR`.
     """
     costs: list[dict[Any, list[float]]] = [{} for _ in range(passes)]
     with Measurer(template, target, settings) as measurer:
         vendor = Measurer(template, target, settings) if vendor_library else None
         try:
             results = measurer.measure(configs)  # built once; this timing is round 0's
-            for r, order in enumerate(round_orders(len(configs), passes * rounds)):
+            orders = round_orders(len(configs), rounds)
+            for r in range(passes * rounds):
+                order = orders[r // passes]
                 found = vendor.vendor_baseline(vendor_library) if vendor is not None else None
                 if found is not None and found[0] == vendor_library:
                     costs[r % passes].setdefault(VENDOR, []).append(found[1])
