@@ -167,9 +167,7 @@ def retime(
     readings: list[float] = []
     try:
         for _ in range(rounds):
-            found = vendor.vendor_baseline(vendor_library) if vendor is not None else None
-            if found is not None and found[0] == vendor_library:
-                readings.append(found[1])
+            readings += _vendor_seconds(vendor, vendor_library)
             for name, measurer in measurers.items():
                 result = measurer.measure([kernels[name][1]])[0]
                 costs[name].extend(result.costs or [])
@@ -180,6 +178,13 @@ def retime(
     if readings:
         seconds[VENDOR] = statistics.median(readings)
     return seconds
+
+
+def _vendor_seconds(vendor: Measurer | None, library: str | None) -> list[float]:
+    """One reading of the vendor `library` by `vendor` (none without either, or when the
+    library is no longer the one installed)."""
+    found = vendor.vendor_baseline(library) if vendor is not None and library else None
+    return [found[1]] if found is not None and found[0] == library else []
 
 
 #: The re-timing of tuned winners (`retime`) in the benchmarks; the studies time with `SETTINGS`.
@@ -201,9 +206,9 @@ def early_finalists(
     trial count (none where no trial so far succeeded)."""
     trials = sorted(study.trials, key=lambda t: t.number)
     found = {}
-    for n in checkpoints:
+    for n in (n for n in checkpoints if n < len(trials)):
         best = best_distinct(trials[:n], count)
-        if n < len(trials) and best:
+        if best:
             found[n] = [dict(t.params) for t in best]
     return found
 
@@ -237,9 +242,9 @@ def retime_in_passes(
             orders = round_orders(len(configs), rounds)
             for r in range(passes * rounds):
                 order = orders[r // passes]
-                found = vendor.vendor_baseline(vendor_library) if vendor is not None else None
-                if found is not None and found[0] == vendor_library:
-                    costs[r % passes].setdefault(VENDOR, []).append(found[1])
+                costs[r % passes].setdefault(VENDOR, []).extend(
+                    _vendor_seconds(vendor, vendor_library)
+                )
                 if r:
                     measurer.time_again([results[i] for i in order])
                 for i in order:

@@ -51,7 +51,7 @@ def export_best(study: optuna.Study, directory: str, finalists: int = 1) -> str:
     workload = study_workload(study)
     target = study_target(study)
     template = template_for(workload, target, study_space(study))
-    pick = pick_study_finalist(study, finalists) if finalists > 1 else None
+    pick = pick_study_finalist(study, template, target, finalists) if finalists > 1 else None
     chosen = {key: summary[key] for key in ("config", "trial", "gflops", "vendor_ratio")}
     if pick is not None:
         trial = study.trials[pick.trial]

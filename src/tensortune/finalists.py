@@ -18,8 +18,6 @@ from typing import Any
 import optuna
 
 from tensortune.measure import Measurer, MeasureSettings
-from tensortune.storage import study_space, study_target, study_workload
-from tensortune.templates import template_for
 from tensortune.trial_records import CACHE_FLUSHED_ATTR
 
 #: Configs of a study timed again when finalists are asked for (its best few). The model
@@ -140,13 +138,21 @@ def time_finalists(
     )
 
 
-def pick_study_finalist(study: Any, count: int = FINALISTS, rounds: int = ROUNDS) -> Pick | None:
-    """The fastest of `study`'s best `count` configs (`finalist_trials`), each built for the
-    study's target and timed again `rounds` times in turns on this host
-    (`time_finalists`, with `retiming_settings`).
+def pick_study_finalist(
+    study: Any,
+    template: Any,
+    target: dict[str, Any],
+    count: int = FINALISTS,
+    rounds: int = ROUNDS,
+) -> Pick | None:
+    """The fastest of `study`'s best `count` configs (`finalist_trials`), each built for
+    `target` and timed again `rounds` times in turns on this host (`time_finalists`, with
+    `retiming_settings`).
 
     Args:
         study: A tensortune study.
+        template: The study's template (`tensortune.templates.template_for`).
+        target: The study's target (`tensortune.storage.study_target`).
         count: Finalists. Default `FINALISTS`.
         rounds: Timings of each finalist. Default `ROUNDS`.
 
@@ -157,7 +163,5 @@ def pick_study_finalist(study: Any, count: int = FINALISTS, rounds: int = ROUNDS
     trials = finalist_trials(study, count) if count > 1 else []
     if len(trials) < 2:
         return None
-    target = study_target(study)
-    template = template_for(study_workload(study), target, study_space(study))
     with Measurer(template, target, retiming_settings(trials)) as measurer:
         return time_finalists(measurer, template, trials, rounds)
