@@ -31,9 +31,6 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-unscreened``: the same with ``screen_share=1``: every candidate of a round's search
   is lowered for its program features, none ruled out first by the knob-feature screen
   (`tensortune.sampler.screening`; the warm start before the screen);
-- ``warm-explore-local``: the same with ``explore_model="local"``: the explore share (a
-  quarter of each batch, configs far from every one measured) scored by a model of the
-  study's own configs alone, as in a cold study, not by the sources' model;
 - ``enqueue``: cold, after Optuna's simple alternative: the sources' 8 best configs enqueued
   as the first trials. Tile splits of another shape are rarely in the target's space (none of
   C12's best is in C7's), so each is moved to the target's nearest split; configs of another
@@ -147,7 +144,6 @@ OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-local": {"local_share": 0.5},
     "warm-knob": {"feature_set": "knob"},
     "warm-unscreened": {"screen_share": 1.0},
-    "warm-explore-local": {"explore_model": "local"},
 }
 MODES = (
     "cold",
@@ -158,7 +154,6 @@ MODES = (
     "warm-local",
     "warm-knob",
     "warm-unscreened",
-    "warm-explore-local",
     "enqueue",
 )
 CHECKPOINTS = (16, 32, 64, 128)

@@ -17,13 +17,11 @@ from tensortune.cost_model import make_cost_model
 from tensortune.dashboard import source_weight_rounds, study_note
 from tensortune.features import FeatureExtractor
 from tensortune.sampler import CostModelSampler, proposals
-from tensortune.sampler.history import History, KnobSpace
-from tensortune.sampler.settings import RoundSettings
+from tensortune.sampler.history import KnobSpace
 from tensortune.sampler.transfer import (
     FULL_TAU,
     MIN_EVIDENCE,
     WEIGHTINGS_AGAINST_OWN,
-    SourceRows,
     find_sources,
     local_tau,
     program_distance,
@@ -419,39 +417,3 @@ def test_cli_transfer_from_auto(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "auto finds the studies itself" in err, err
     assert math.isfinite(study.best_value)
-
-
-@pytest.mark.parametrize("explore_model", ["round", "local"])
-def test_the_explore_share_follows_the_model_it_is_scored_by(explore_model):
-    """A source that ranks the first knob the other way round from the study, at full weight
-    and with 25x the rows: the round's model follows the source, so its explore share lies at
-    the source's end of that knob; ``explore_model="local"`` scores the explore share with a
-    model of the study's own configs, whose share lies at the study's end."""
-    sizes = [8] * 5
-    rng = np.random.default_rng(0)
-    own = space_filling(sizes, 24, rng)
-    history = History(
-        own, (7 - own[:, 0]).astype(float), {tuple(r) for r in own.tolist()}, len(own)
-    )
-    rows = rng.integers(0, 8, size=(600, 5))
-    prior = SourceRows(
-        rows.astype(float), rows[:, 0] / 7.0, np.ones(600, np.int64), ["source"], ["s"]
-    )
-    settings = RoundSettings(
-        loss="rank", acquisition="mean", n_models=1, batch_size=8, candidate_factor=3.0,
-        diversity=None, epsilon=0.0, n_chains=32, anneal_steps=8, restart_share=0.5,
-        source_half_life=1e9, source_weighting="decay", search="evolve",
-        evolution=(1024, 128, 256, 3), explore_share=0.5, explore_model=explore_model,
-    )  # fmt: skip
-    found = proposals.propose_round(
-        history, lambda c: c.astype(float), sizes, settings, None, rng, prior=prior
-    )
-    far = found.configs[[s == "explore" for s in found.sources]]
-    assert len(far) == 4, found.sources
-    first_knob = float(far[:, 0].mean())
-    assert first_knob >= 5.0 if explore_model == "round" else first_knob <= 2.0, far
-
-
-def test_unknown_explore_model_is_refused():
-    with pytest.raises(ValueError, match="unknown explore_model 'sources'; choose one of round"):
-        CostModelSampler(explore_model="sources")

@@ -504,7 +504,7 @@ def test_transfer_quick(tmp_path):
     modes = ["cold", "warm", "warm-relative", "warm-outranked", "warm-shared", "warm-decay",
              "warm-guarded", "warm-validated", "warm-model", "warm-design", "warm-local",
              "warm-knob",
-             "warm-unscreened", "warm-explore-local",
+             "warm-unscreened",
              "enqueue"]  # fmt: skip
     assert [r["mode"] for r in rows] == modes
     assert rows[-1]["enqueued"] == "8"  # 8 source configs were moved into the space

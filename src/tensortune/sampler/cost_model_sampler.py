@@ -26,7 +26,7 @@ from tensortune.cost_model import (
 from tensortune.sampler.history import History, KnobSpace, read_history
 from tensortune.sampler.proposals import propose_round
 from tensortune.sampler.screening import Screen, recent_pool
-from tensortune.sampler.settings import EXPLORE_MODELS, SEARCHES, RoundSettings, evolve_sizes
+from tensortune.sampler.settings import SEARCHES, RoundSettings, evolve_sizes
 from tensortune.sampler.transfer import AUTO, SOURCE_WEIGHTINGS
 from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import random_configs, space_filling, unseen_random_configs
@@ -140,13 +140,6 @@ class CostModelSampler(BaseSampler):
         explore_distance: Knobs in which an explore-share config must differ from every taken
             one. Default 3: TPE's proposals on the same studies were 2-5 knobs from their
             nearest measured config; the templates have 8-11 knobs.
-        explore_model: What scores the explore share of a study with `source_studies`, one of
-            `tensortune.sampler.settings.EXPLORE_MODELS`: ``"round"``, the round's model,
-            trained on the sources' rows too; or ``"local"``, one more model a round, fit on
-            the study's own configs alone, so that where nothing was measured the sources do
-            not decide what is worth a look (on conv2d -> depthwise the warm studies' explore
-            share almost never measured the innermost x tile of 28 that the cold studies'
-            best kernels use). Default ``"round"``. A study without sources has one model.
         source_studies: Prior tensortune studies to learn from, from any storage, of any
             workload measured on the study's target, or ``"auto"``: those of the study's own
             storage, nearest program first (`tensortune.sampler.transfer.find_sources`, at
@@ -241,7 +234,6 @@ class CostModelSampler(BaseSampler):
         restart_share: float = 0.5,
         explore_share: float = 0.25,
         explore_distance: int = 3,
-        explore_model: str = EXPLORE_MODELS[0],
         refit_growth: float = 0.05,
         source_studies: Sequence[optuna.Study] | str = (),
         source_half_life: float = 32.0,
@@ -300,7 +292,6 @@ class CostModelSampler(BaseSampler):
             restart_share=restart_share,
             explore_share=explore_share,
             explore_distance=explore_distance,
-            explore_model=explore_model,
             source_half_life=source_half_life,
             source_weighting=source_weighting,
             cost_model=cost_model,

@@ -174,27 +174,6 @@ def fit_cost_model(
     return Fit(model, X, y, taus, weights, start_weight, restarted)
 
 
-def acquisition_score(
-    model: CostModel, featurize: Featurize, acquisition: str, known: np.ndarray
-) -> Callable[[np.ndarray], np.ndarray]:
-    """Configs scored by `acquisition` on `model`'s predictions, -inf where they cannot be
-    scheduled; EI's incumbent is the best prediction over the feature rows `known` (0
-    without any)."""
-    mean, _ = model.predict(known) if len(known) else (np.zeros(1), None)
-    best = float(np.max(mean))
-
-    def score(configs: np.ndarray) -> np.ndarray:
-        rows = featurize(configs)
-        bad = np.isnan(rows).any(axis=1)
-        out = np.full(len(configs), -np.inf)
-        if (~bad).any():
-            mu, sigma = model.predict(rows[~bad])
-            out[~bad] = acquire(acquisition, mu, sigma, best)
-        return out
-
-    return score
-
-
 def chain_starts(
     previous: np.ndarray | None,
     history: History,
@@ -258,11 +237,7 @@ def propose_round(
 
     With a `screen` (default None: every candidate scored), each search step scores with the
     model only the share of its candidates that a knob-feature model of the model's scores
-    ranks best (`tensortune.sampler.screening`), once the screen's pool is large enough.
-
-    The explore share (``settings.explore_share`` of the batch, see `_explore`) is scored by
-    the round's model, or with ``settings.explore_model`` ``"local"`` and `prior` rows by one
-    more model fit on the study's own configs alone (with a screen of its own)."""
+    ranks best (`tensortune.sampler.screening`), once the screen's pool is large enough."""
     seconds: dict[str, float] = {}
     start = time.perf_counter()
     seed = int(rng.integers(2**31))
@@ -283,38 +258,33 @@ def propose_round(
 
     # EI's incumbent: the best predicted of the study's own configs (none yet: the sources').
     known = train_rows if len(train_rows) or prior is None else prior.features
-    model_score = acquisition_score(model, featurize, settings.acquisition, known)
-    b = settings.batch_size
-    # No share to explore before the study has configs of its own to keep away from.
-    n_far = round(settings.explore_share * b) if len(history.taken) else 0
+    mean, _ = model.predict(known) if len(known) else (np.zeros(1), None)
+    best = float(np.max(mean))
 
-    # The explore share's score: this model's, or (explore_model "local", with sources) that
-    # of a model of the study's own configs alone, since the sources' rows would steer the
-    # search for unexplored regions towards the regions the sources favour.
-    far_model = model
-    if n_far and prior is not None and settings.explore_model == "local" and len(fit.targets):
-        far_model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
-        far_model.fit(fit.rows, fit.targets)
-        seconds["fit"] += far_model.fit_seconds_
+    def model_score(configs: np.ndarray) -> np.ndarray:
+        rows = featurize(configs)
+        bad = np.isnan(rows).any(axis=1)
+        out = np.full(len(configs), -np.inf)
+        if (~bad).any():
+            mu, sigma = model.predict(rows[~bad])
+            out[~bad] = acquire(settings.acquisition, mu, sigma, best)
+        return out
 
     lowered: list[np.ndarray] = []
     start = time.perf_counter()
-    share = screen.share if screen else 1.0
     cheap = fit_screen(screen, model_score, seed) if screen is not None else None
-    score = screened(model_score, cheap, share, lowered)
-    far_score = score
-    if far_model is not model:
-        own_score = acquisition_score(far_model, featurize, settings.acquisition, fit.rows)
-        own_cheap = fit_screen(screen, own_score, seed) if screen is not None else None
-        far_score = screened(own_score, own_cheap, share, lowered)
+    score = screened(model_score, cheap, screen.share if screen else 1.0, lowered)
     seconds["screen"] = time.perf_counter() - start
     start = time.perf_counter()
+    b = settings.batch_size
     n_keep = max(b, math.ceil(settings.candidate_factor * b))
     if settings.search == "evolve":
         result = _evolve(history, sizes, score, settings, n_keep, rng, prior_starts)
     else:
         result = _anneal(history, sizes, score, settings, n_keep, chains, rng, prior_starts)
-    far = _explore(history, sizes, far_score, settings, n_far, rng) if n_far else None
+    # No share to explore before the study has configs of its own to keep away from.
+    n_far = round(settings.explore_share * b) if len(history.taken) else 0
+    far = _explore(history, sizes, score, settings, n_far, rng) if n_far else None
     seconds["search"] = time.perf_counter() - start
     found = _select(history, sizes, settings, result, far, n_far, rng, seconds, model)
     return dataclasses.replace(

@@ -10,9 +10,6 @@ from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
 #: Searches a round can run: ``"evolve"`` (`tensortune.search.evolve`) or ``"anneal"``
 #: (`tensortune.search.anneal`, AutoTVM's).
 SEARCHES = ("evolve", "anneal")
-#: What scores a warm study's explore share: ``"round"`` (the round's model, sources and all)
-#: or ``"local"`` (a model of the study's own configs alone).
-EXPLORE_MODELS = ("round", "local")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +40,11 @@ class RoundSettings:
     evolution: tuple[int, int, int, int] = (4096, 512, 1536, 4)
     explore_share: float = 0.25
     explore_distance: int = 3
-    explore_model: str = "round"
 
     def __post_init__(self) -> None:
         for name, choices in (
             ("cost_model", tuple(COST_MODELS)),
             ("search", SEARCHES),
-            ("explore_model", EXPLORE_MODELS),
             ("loss", LOSSES),
             ("acquisition", ACQUISITIONS),
             ("source_weighting", SOURCE_WEIGHTINGS),
