@@ -24,6 +24,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-local``: the same with ``local_share=0.5``: after the start-up every other trial is
   proposed by a cold twin, a model of the study's own configs alone (knob features, the cold
   search), so that the sources' model does not steer the whole search;
+- ``warm-design-local``: ``warm-design`` and ``warm-local`` at once: the whole cold design
+  first, then every other trial from the cold twin, whose first rounds see the cold study's
+  own history, so that it can find what the cold study's first model rounds find;
 - ``warm-knob``: the same with ``feature_set="knob"``: the sources' rows and the study's own
   from the knob values (`tensortune.features.knob`, the same length for every CPU template),
   so a round scores ~10^4 configs as a cold study's does, where ``warm`` lowers ~600 through
@@ -142,6 +145,7 @@ OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-model": {"source_starts": 0},
     "warm-design": {"source_startup_share": 0.0},
     "warm-local": {"local_share": 0.5},
+    "warm-design-local": {"source_startup_share": 0.0, "local_share": 0.5},
     "warm-knob": {"feature_set": "knob"},
     "warm-unscreened": {"screen_share": 1.0},
 }
@@ -152,6 +156,7 @@ MODES = (
     "warm-model",
     "warm-design",
     "warm-local",
+    "warm-design-local",
     "warm-knob",
     "warm-unscreened",
     "enqueue",

@@ -503,7 +503,7 @@ def test_transfer_quick(tmp_path):
     rows = run_quick("transfer.py", tmp_path)
     modes = ["cold", "warm", "warm-relative", "warm-outranked", "warm-shared", "warm-decay",
              "warm-guarded", "warm-validated", "warm-model", "warm-design", "warm-local",
-             "warm-knob",
+             "warm-design-local", "warm-knob",
              "warm-unscreened",
              "enqueue"]  # fmt: skip
     assert [r["mode"] for r in rows] == modes
