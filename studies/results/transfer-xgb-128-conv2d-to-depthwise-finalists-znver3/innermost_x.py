@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 SEEDS = range(10)
 MODES = (
-    "cold", "warm", "warm-explore-local",
+    "cold", "warm", "warm-explore-local", "warm-design-local",
     "warm-design", "warm-local", "warm-knob", "warm-shared", "warm-validated",
 )  # fmt: skip
 SOURCES = ("resnet18-c2", "resnet18-c7", "resnet18-c12")
