@@ -60,6 +60,53 @@ def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) ->
     return {"functions": functions, "run_seconds": total / runs}
 
 
+def repeat_times(
+    executable: Any, inputs: list[np.ndarray], kernels: set[str], runs: int = RUNS
+) -> dict[str, float]:
+    """Per function of `kernels`, the seconds per model run of calling it a second time right
+    after the model's own call, on the same arguments: the kernel on the model's buffers, with
+    the data its first call left in the caches. Next to `kernel_times`'s seconds (the same
+    calls as the model makes them) it splits a kernel's gap between the model and alone into
+    what the model leaves in the caches (gone on the repeat) and what stays with its buffers.
+
+    Args:
+        executable: A built Relax model (``relax.build`` / ``compile_relax``).
+        inputs: Its inputs, as NumPy arrays.
+        kernels: The functions to repeat (the model's tuned kernels: they write only their
+            output arguments, so a second call leaves the run's results as they were; a
+            `RuntimeError` says where the model's output changed all the same).
+        runs: Runs averaged over. Default `RUNS`.
+    """
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    expected = _first_output(vm["main"](*args))
+    spent: dict[str, float] = defaultdict(float)
+
+    def instrument(func: Any, symbol: str, before_run: bool, ret_value: Any, *rest: Any) -> int:
+        if not before_run and str(symbol) in kernels:
+            start = time.perf_counter()
+            func(*rest)
+            spent[str(symbol)] += time.perf_counter() - start
+        return 0
+
+    vm.set_instrument(instrument)
+    for _ in range(runs):
+        found = vm["main"](*args)
+    if not np.array_equal(_first_output(found), expected):
+        raise RuntimeError("a repeated kernel changed the model's output: it is not idempotent")
+    return {name: seconds / runs for name, seconds in spent.items()}
+
+
+def _first_output(result: Any) -> np.ndarray:
+    """The model's first output of a VM call's result (a tensor or a tuple of them)."""
+    while not hasattr(result, "numpy"):
+        result = result[0]
+    return result.numpy()
+
+
 def where_time_goes(profile: dict[str, Any], kernels: set[str]) -> dict[str, float]:
     """A profile's seconds per run split into the `kernels` (the model's tuned functions), the
     rest of its calls (builtins, untuned functions) and the VM between calls."""

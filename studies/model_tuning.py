@@ -18,10 +18,12 @@ started again), each finished (system, budget)'s tuning seconds are kept in
 rerun only. Writes under ``--out`` (default ``studies/results/models/``):
 
 - ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
-- ``model_tasks.csv``: per model and task: weight, TVM's untuned kernel alone, our best as its
+- ``model_tasks.csv``: per model and task of our profiled arm (channels-last where the run has
+  it, else the plain one; `profiled_arm`): weight, TVM's untuned kernel alone, our best as its
   study recorded it while tuning, and our best in the model, in µs;
-- ``model_time_split.csv``: per model, our build and MetaSchedule's at the largest budget: a
-  run's ms in the tuned kernels, in other calls and in the VM between calls (`kernel_profile`);
+- ``model_time_split.csv``: per model, that arm's build and MetaSchedule's of the same tasks at
+  the largest budget: a run's ms in the tuned kernels, in other calls and in the VM between
+  calls (`kernel_profile`);
 - ``model_tuning_summary.md``: both, and issue 22's goals.
 
     python studies/model_tuning.py                                  # both models, 500 1000 2000
@@ -254,9 +256,9 @@ def metaschedule_build(
     return ms.relax_integration.compile_relax(database, program.mod, make_target(target), None)
 
 
-def task_rows(name: str, tuning: ModelTuning, inputs_seed: int = 0) -> list[dict]:
-    """Per task: its weight, TVM's untuned kernel timed alone now, and our best as its study
-    recorded it while tuning, in µs."""
+def task_rows(name: str, system: str, tuning: ModelTuning, inputs_seed: int = 0) -> list[dict]:
+    """Per task of our arm `system`: its weight, TVM's untuned kernel timed alone now, and our
+    best as its study recorded it while tuning, in µs."""
     import tvm
 
     rows = []
@@ -272,7 +274,7 @@ def task_rows(name: str, tuning: ModelTuning, inputs_seed: int = 0) -> list[dict
         untuned = module.time_evaluator("main", tvm.cpu(), min_repeat_ms=50, repeat=3)(*arrays)
         state = task_state(task, study)
         rows.append({
-            "model": name, "task": task.name, "weight": task.weight,
+            "model": name, "system": system, "task": task.name, "weight": task.weight,
             "untuned_us": round(untuned.median * 1e6, 1),
             "tuned_us": round(state.best * 1e6, 1) if study is not None and state.trials else "",
             "trials": state.trials,
@@ -413,6 +415,16 @@ def arm_labels() -> set[str]:
     return {name.removeprefix("tensortune-") for name in names - {"tensortune"}}
 
 
+def profiled_arm(variants: dict[str, Arm]) -> str:
+    """The arm of ours whose tasks and run `task_rows` and `profile_models` take apart: the
+    direct channels-last one where the run has it (tune-model's default layout; packed with
+    ``--prepack-weights``), else the plain one."""
+    nhwc = [
+        s for s, arm in variants.items() if arm.rewrites.channels_last and not arm.rewrites.winograd
+    ]
+    return nhwc[0] if nhwc else "tensortune"
+
+
 def metaschedule_arms(variants: dict[str, Arm]) -> list[str]:
     """Our arms whose tasks MetaSchedule tunes by default: those timed as usual and tuned cold
     (its search has neither flushed caches nor warm starts)."""
@@ -436,6 +448,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     ledger = Ledger(os.path.join(args.work, f"{name}-seconds.json"))
     tuning = None
     variants = arms(name, args)
+    profiled = profiled_arm(variants)
     beside = dict(args.beside)
     picking_s: dict[str, float] = {}  # (--finalists) tuning seconds and the re-timing's
     for system, (url, settings, rewrites, warm) in variants.items():
@@ -448,7 +461,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
                 prepack_weights=rewrites.prepack_weights, winograd=rewrites.winograd,
                 channels_last=rewrites.channels_last, warm_start=warm,
             )  # fmt: skip
-            if system == "tensortune":  # the per-task rows and the profile are of this one
+            if system == profiled:  # the per-task rows and the profile are of this one
                 tuning = tuned_model
             if key not in ledger and system.removeprefix("tensortune-") not in beside:
                 ledger.record(key, previous + time.perf_counter() - start)
@@ -510,14 +523,18 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
          "tuning_s": round(tuning_s[system], 1) if system in tuning_s else ""}
         for system, s in seconds.items()
     ]  # fmt: skip
-    return rows, task_rows(name, tuning) if tuning is not None else []
+    return rows, task_rows(name, profiled, tuning) if tuning is not None else []
 
 
 def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """`kernel_profile.kernel_times` of our build and MetaSchedule's at the largest budget,
-    built again from what the tuning left in ``--work`` (tuning nothing), kept in
-    ``<model>-kernels-<budget>.json``."""
-    path = os.path.join(args.work, f"{name}-kernels-{budgets[-1]}.json")
+    """`kernel_profile.kernel_times` of our `profiled_arm`'s build and MetaSchedule's of the
+    same tasks at the largest budget, built again from what the tuning left in ``--work``
+    (tuning nothing), kept in ``<model>-kernels-<budget>.json`` (the plain arm, as before the
+    channels-last arm was profiled) or ``<model>-kernels-<arm>-<budget>.json``."""
+    system = profiled_arm(arms(name, args))
+    arm = arms(name, args)[system]
+    layout = system.removeprefix("tensortune")  # "", "-channels-last" or with "-prepacked"
+    path = os.path.join(args.work, f"{name}-kernels{layout}-{budgets[-1]}.json")
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
@@ -525,18 +542,18 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     program = from_torch(net, example, name=name)
     target = target_spec("llvm")
     inputs = [t.numpy() for t in example]
-    storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     # The studies already hold the largest budget: this tunes nothing.
     tuning = tune_model(
-        program, budgets[-1], target, storage=storage, seed=args.seed, channels_last=False
-    )  # the plain arm's studies: NCHW
+        program, budgets[-1], target, storage=arm.storage, seed=args.seed,
+        channels_last=arm.rewrites.channels_last,
+    )  # fmt: skip
     database = tempfile.mkdtemp(prefix=f"{name}-profile-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
-    builds = {f"tensortune@{budgets[-1]}": build(program, target, database)}
-    work_dir = os.path.join(args.work, f"{name}-ms")
+    builds = {f"{system}@{budgets[-1]}": build(program, target, database, arm.rewrites)}
+    work_dir = os.path.join(args.work, f"{name}-ms{layout}")
     if args.metaschedule and os.path.exists(os.path.join(work_dir, "milestones.json")):
-        builds[f"metaschedule@{budgets[-1]}"] = metaschedule_build(
-            program, target, work_dir, budgets[-1]
+        builds[f"metaschedule{layout}@{budgets[-1]}"] = metaschedule_build(
+            program, target, work_dir, budgets[-1], arm.rewrites
         )
     profiles = {system: kernel_times(built, inputs) for system, built in builds.items()}
     profiles["tasks"] = [task.name for task in tuning.tasks]
@@ -559,9 +576,11 @@ def profile_rows(name: str, profiles: dict[str, Any]) -> list[dict]:
 
 
 def add_in_model_times(tasks: list[dict], profiles: dict[str, Any], budget: int) -> None:
-    """Give each of our task rows its µs in our model, all its calls of a run together."""
-    ours = profiles.get(f"tensortune@{budget}", {}).get("functions", {})
+    """Give each of our task rows its µs in its arm's model, all its calls of a run together
+    (rows without a ``system``, read back from before it was recorded, are the plain arm's)."""
     for row in tasks:
+        system = row.get("system", "tensortune")
+        ours = profiles.get(f"{system}@{budget}", {}).get("functions", {})
         found = ours.get(row["task"])
         row["in_model_us"] = round(found["seconds"] * 1e6, 1) if found else ""
 
@@ -618,9 +637,11 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
                   "its study recorded it while tuning (the least of its trials' medians, so "
                   "biased low; `in_model_gap.py` times it alone again), and our best in the "
                   "model (all its calls of a run):", "",
-                  "| model | task | weight | untuned µs | tuned µs | trials | in model µs |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
-        lines += [f"| {t['model']} | {t['task']} | {t['weight']} | {t['untuned_us']} | "
+                  "| model | system | task | weight | untuned µs | tuned µs | trials | "
+                  "in model µs |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {t['model']} | {t.get('system', 'tensortune')} | {t['task']} | "
+                  f"{t['weight']} | {t['untuned_us']} | "
                   f"{t['tuned_us']} | {t['trials']} | {t.get('in_model_us', '')} |"
                   for t in tasks]  # fmt: skip
     return "\n".join(lines)

@@ -561,6 +561,33 @@ def test_model_tuning_refuses_a_beside_label_that_an_arm_of_ours_takes(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
+    """The per-task rows and the profile follow tune-model's default layout: the channels-last
+    arm where the run tunes one, the plain arm otherwise; each row reads its own arm's
+    profile, and rows from before the arm was recorded read the plain one's."""
+    import argparse
+
+    model_tuning = studies_module("model_tuning")
+    flags = dict(work="w", beside=[], cold_cache=False, prepack_weights=True, winograd=True,
+                 warm_start_tasks=True)  # fmt: skip
+    plain = model_tuning.arms("m", argparse.Namespace(channels_last=False, **flags))
+    assert model_tuning.profiled_arm(plain) == "tensortune"
+    nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
+    assert "tensortune-winograd-channels-last-prepacked" in nhwc
+    assert model_tuning.profiled_arm(nhwc) == "tensortune-channels-last-prepacked"
+    flags["prepack_weights"] = False
+    nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
+    assert model_tuning.profiled_arm(nhwc) == "tensortune-channels-last"
+    profiles = {
+        "tensortune@16": {"functions": {"conv": {"seconds": 2e-3}}},
+        "tensortune-channels-last@16": {"functions": {"conv": {"seconds": 1e-3}}},
+    }
+    rows = [{"task": "conv", "system": "tensortune-channels-last"}, {"task": "conv"},
+            {"task": "dense", "system": "tensortune-channels-last"}]  # fmt: skip
+    model_tuning.add_in_model_times(rows, profiles, 16)
+    assert [r["in_model_us"] for r in rows] == [1000.0, 2000.0, ""]
+
+
 @pytest.mark.slow
 def test_model_tuning_quick(tmp_path):
     """The whole-model benchmark on a tiny CNN, with --prepack-weights: every system timed,
@@ -584,6 +611,7 @@ def test_model_tuning_quick(tmp_path):
     with open(tmp_path / "model_tasks.csv") as f:
         tasks = list(csv.DictReader(f))
     assert sum(int(t["trials"]) for t in tasks) == 16
+    assert {t["system"] for t in tasks} == {"tensortune"}  # no channels-last arm in this run
     summary = (tmp_path / "model_tuning_summary.md").read_text()
     assert "| ≥ 1.2× pytorch-eager | tiny-cnn (tensortune) |" in summary
     assert (
@@ -625,8 +653,9 @@ def test_model_tuning_quick(tmp_path):
         found = list(csv.DictReader(f))
     assert found and all(
         float(r["alone_us"]) > 0 and float(r["flushed_us"]) > 0 and float(r["ratio"]) > 0
+        and float(r["again_us"]) > 0 and float(r["again_ratio"]) > 0
         for r in found
-    )
+    )  # fmt: skip
 
 
 def test_finalists_report_pairs_each_build_round_by_round(tmp_path):
