@@ -364,8 +364,9 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # does, (--winograd) with Winograd convolutions and (--channels-last) with NHWC
     # convolutions (each packed too with --prepack-weights): other tasks, so studies of their
     # own.
-    # (--warm-start-tasks) each task warm-started from the model's tasks of its kind; with
-    # --cold-cache too, also both at once.
+    # (--warm-start-tasks) each task warm-started from the model's tasks of its kind (with
+    # --channels-last, in NHWC, beside the direct NHWC arm); with --cold-cache too, also both
+    # at once (NCHW).
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     variants = {"tensortune": Arm(storage)}
     # (--beside) other plain studies of this model, tuned by other code, say: timed beside.
@@ -391,8 +392,11 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
         variants[system] = Arm(url, rewrites=rewrites)
     if args.warm_start_tasks:
-        url = f"sqlite:///{os.path.join(args.work, f'{name}-warm.db')}"
-        variants["tensortune-warm"] = Arm(url, warm_start=True)
+        system = "tensortune-channels-last-warm" if args.channels_last else "tensortune-warm"
+        file = name + system.removeprefix("tensortune") + ".db"
+        url = f"sqlite:///{os.path.join(args.work, file)}"
+        nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
+        variants[system] = Arm(url, rewrites=nhwc, warm_start=True)
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(
@@ -674,8 +678,8 @@ def main() -> None:
                         "channels_last; with --prepack-weights, packed too)")  # fmt: skip
     parser.add_argument("--warm-start-tasks", action="store_true",
                         help="also ours with each task warm-started from the model's tasks of "
-                        "its kind (tune_model's warm_start); with --cold-cache, also both at "
-                        "once")  # fmt: skip
+                        "its kind (tune_model's warm_start; with --channels-last, in NHWC); "
+                        "with --cold-cache, also both at once")  # fmt: skip
     parser.add_argument("--beside", nargs="+", default=[], metavar="LABEL=STORAGE",
                         help="also ours from the task studies in STORAGE (an Optuna URL; a "
                         "run of other code, say), resumed to each budget and timed as "

@@ -574,6 +574,8 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     assert model_tuning.profiled_arm(plain) == "tensortune"
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
     assert "tensortune-winograd-channels-last-prepacked" in nhwc
+    assert nhwc["tensortune-channels-last-warm"].rewrites.channels_last  # warm in NHWC too
+    assert not plain["tensortune-warm"].rewrites.channels_last
     assert model_tuning.profiled_arm(nhwc) == "tensortune-channels-last-prepacked"
     flags["prepack_weights"] = False
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
