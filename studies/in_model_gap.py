@@ -33,7 +33,7 @@ from results_io import write_csv
 from tensortune.measure import MeasureSettings
 from tensortune.model import build, from_torch
 from tensortune.model.database import best_config, write_database
-from tensortune.model.tuning import model_tuning
+from tensortune.model.tuning import ModelTuning, model_tuning
 from tensortune.target import make_target, target_spec
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 
@@ -77,19 +77,33 @@ def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
     return float(timer(*arrays).median)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model``, ``--storage`` (required), ``--channels-last`` and ``--out`` (required):
+    which finished `model_tuning.py` run's studies to read, and the CSV to write."""
     parser.add_argument("--model", default="resnet18", choices=model_zoo.MODELS)
     parser.add_argument("--storage", required=True, help="the run's task studies (Optuna URL)")
     parser.add_argument("--out", required=True, help="the CSV to write")
     parser.add_argument("--channels-last", action="store_true",
                         help="the studies are of channels-last tasks (model_tuning.py's "
                         "--channels-last arm; default: NCHW, its plain arm)")  # fmt: skip
-    args = parser.parse_args()
+
+
+def run_studies(args: argparse.Namespace) -> tuple[Any, list, ModelTuning]:
+    """The model of `args` (see `add_run_arguments`), its example inputs and where its tuning
+    stands in ``args.storage`` (tuning nothing)."""
     net, example = model_zoo.model(args.model)
     program = from_torch(net, example, name=args.model)
+    tuning = model_tuning(program, target_spec("llvm"), args.storage,
+                          channels_last=args.channels_last)  # fmt: skip
+    return program, example, tuning
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    add_run_arguments(parser)
+    args = parser.parse_args()
+    program, example, tuning = run_studies(args)
     target = target_spec("llvm")
-    tuning = model_tuning(program, target, args.storage, channels_last=args.channels_last)
     database = tempfile.mkdtemp(prefix="in-model-gap-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
     built = build(program, target, database, tuning.rewrites)

@@ -20,14 +20,11 @@ import os
 import statistics
 from typing import Any
 
-import model_zoo
-from in_model_gap import alone_seconds, built_kernel
+from in_model_gap import add_run_arguments, alone_seconds, built_kernel, run_studies
 from results_io import write_csv
 
-from tensortune.model import from_torch
 from tensortune.model.database import best_config
-from tensortune.model.tuning import model_tuning
-from tensortune.target import make_target, target_spec
+from tensortune.target import make_target
 
 #: Rounds of the side-by-side timing; each reading is `alone_seconds`'s median.
 ROUNDS = 5
@@ -53,20 +50,15 @@ def metaschedule_best(func: Any, folder: str, target: dict) -> tuple[Any, float]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--model", default="resnet18", choices=model_zoo.MODELS)
-    parser.add_argument("--storage", required=True, help="our task studies (Optuna URL)")
+    add_run_arguments(parser)
     parser.add_argument("--metaschedule", required=True, help="MetaSchedule's work folder")
-    parser.add_argument("--channels-last", action="store_true",
-                        help="the studies are of channels-last tasks (default: NCHW)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
-    parser.add_argument("--out", required=True, help="the CSV to write")
     args = parser.parse_args()
     if not os.path.isdir(args.metaschedule):
         parser.error(f"--metaschedule {args.metaschedule}: no such folder")
-    net, example = model_zoo.model(args.model)
-    program = from_torch(net, example, name=args.model)
-    tuning = model_tuning(program, target_spec("llvm"), args.storage,
-                          channels_last=args.channels_last)  # fmt: skip
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    _, _, tuning = run_studies(args)
     pairs = []
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         found = best_config(study)
