@@ -535,8 +535,9 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     same tasks at the largest budget, built again from what the tuning left in ``--work``
     (tuning nothing), kept in ``<model>-kernels-<budget>.json`` (the plain arm, as before the
     channels-last arm was profiled) or ``<model>-kernels-<arm>-<budget>.json``."""
-    system = profiled_arm(arms(name, args))
-    arm = arms(name, args)[system]
+    variants = arms(name, args)
+    system = profiled_arm(variants)
+    arm = variants[system]
     layout = system.removeprefix("tensortune")  # "", "-channels-last" or with "-prepacked"
     path = os.path.join(args.work, f"{name}-kernels{layout}-{budgets[-1]}.json")
     if os.path.exists(path):
@@ -549,7 +550,7 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     # The studies already hold the largest budget: this tunes nothing.
     tuning = tune_model(
         program, budgets[-1], target, storage=arm.storage, seed=args.seed,
-        channels_last=arm.rewrites.channels_last,
+        prepack_weights=arm.rewrites.prepack_weights, channels_last=arm.rewrites.channels_last,
     )  # fmt: skip
     database = tempfile.mkdtemp(prefix=f"{name}-profile-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
