@@ -429,6 +429,13 @@ def profiled_arm(variants: dict[str, Arm]) -> str:
     return nhwc[0] if nhwc else "tensortune"
 
 
+def metaschedule_dir(work: str, name: str, system: str) -> str:
+    """MetaSchedule's work folder in `work` for model `name`, tuning the tasks of our arm
+    `system` (or of its peer, ``metaschedule-...``): ``<name>-ms`` and the arm's suffix."""
+    suffix = system.removeprefix("tensortune").removeprefix("metaschedule")
+    return os.path.join(work, f"{name}-ms{suffix}")
+
+
 def metaschedule_arms(variants: dict[str, Arm]) -> list[str]:
     """Our arms whose tasks MetaSchedule tunes by default: those timed as usual and tuned cold
     (its search has neither flushed caches nor warm starts)."""
@@ -498,7 +505,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             if system in chosen
         }
     for system, rewrites in peers.items():
-        work_dir = os.path.join(args.work, f"{name}-ms{system.removeprefix('metaschedule')}")
+        work_dir = metaschedule_dir(args.work, name, system)
         keys = {budget: f"{system}@{budget}" for budget in budgets}
         if keys[budgets[-1]] not in ledger:
             shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
@@ -555,7 +562,7 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     database = tempfile.mkdtemp(prefix=f"{name}-profile-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
     builds = {f"{system}@{budgets[-1]}": build(program, target, database, arm.rewrites)}
-    work_dir = os.path.join(args.work, f"{name}-ms{layout}")
+    work_dir = metaschedule_dir(args.work, name, system)
     if args.metaschedule and os.path.exists(os.path.join(work_dir, "milestones.json")):
         builds[f"metaschedule{layout}@{budgets[-1]}"] = metaschedule_build(
             program, target, work_dir, budgets[-1], arm.rewrites

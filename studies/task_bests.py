@@ -30,13 +30,12 @@ from tensortune.target import make_target
 ROUNDS = 5
 
 
-def metaschedule_best(func: Any, folder: str, target: dict) -> tuple[Any, float] | None:
-    """MetaSchedule's best kernel for `func` in its database in `folder`, compiled, and the mean
-    seconds its run recorded for it; None where the database has no record of it."""
+def metaschedule_best(func: Any, database: Any, target: dict) -> tuple[Any, float] | None:
+    """MetaSchedule's best kernel for `func` in its `database` (a ``JSONDatabase``), compiled,
+    and the mean seconds its run recorded for it; None where the database has no record of
+    it."""
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
-    database = ms.database.JSONDatabase(work_dir=folder)
     mod = tvm.IRModule({"main": func})
     if not database.has_workload(mod):
         return None
@@ -58,16 +57,18 @@ def main() -> None:
         parser.error(f"--metaschedule {args.metaschedule}: no such folder")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    from tvm.s_tir import meta_schedule as ms
+
     _, _, tuning = run_studies(args)
+    database = ms.database.JSONDatabase(work_dir=args.metaschedule)  # read once, for every task
     pairs = []
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         found = best_config(study)
-        if found is None:
+        theirs = metaschedule_best(task.workload().prim_func(), database, tuning.target)
+        if found is None or theirs is None:
             continue
         ours, arrays = built_kernel(task, found[0], tuning.target)
-        theirs = metaschedule_best(task.workload().prim_func(), args.metaschedule, tuning.target)
-        if theirs is not None:
-            pairs.append((task, found[1], ours, theirs, arrays))
+        pairs.append((task, found[1], ours, theirs, arrays))
     readings: dict[str, tuple[list[float], list[float]]] = {t.name: ([], []) for t, *_ in pairs}
     for _ in range(args.rounds):
         for task, _, ours, (theirs, _), arrays in pairs:
