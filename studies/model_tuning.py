@@ -367,8 +367,9 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--warm-start-tasks) each task warm-started from the model's tasks of its kind (with
     # --channels-last, in NHWC, beside the direct NHWC arm); with --cold-cache too, also both
     # at once (NCHW).
+    # (--no-plain) without the NCHW arm, for a run that asks about the other arms alone.
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
-    variants = {"tensortune": Arm(storage)}
+    variants = {"tensortune": Arm(storage)} if args.plain else {}
     # (--beside) other plain studies of this model, tuned by other code, say: timed beside.
     beside = dict(args.beside)
     for label, url in beside.items():
@@ -414,7 +415,9 @@ def arm_labels() -> set[str]:
     name less ``tensortune-``), which a ``--beside`` label must not take."""
     names: set[str] = set()
     for values in itertools.product((False, True), repeat=len(ARM_FLAGS)):
-        flags = argparse.Namespace(work="", beside=[], **dict(zip(ARM_FLAGS, values, strict=True)))
+        flags = argparse.Namespace(
+            work="", beside=[], plain=True, **dict(zip(ARM_FLAGS, values, strict=True))
+        )
         names |= set(arms("model", flags))
     return {name.removeprefix("tensortune-") for name in names - {"tensortune"}}
 
@@ -670,6 +673,10 @@ def main() -> None:
                         help="our arms whose tasks MetaSchedule tunes, by system name, e.g. "
                         "tensortune-channels-last (default: every arm of usual timing and "
                         "cold tasks)")  # fmt: skip
+    parser.add_argument("--no-plain", dest="plain", action="store_false",
+                        help="leave out our NCHW arm (tensortune), whose tuning costs as "
+                        "much as any other arm's; needs another arm of ours (default: "
+                        "kept)")  # fmt: skip
     parser.add_argument("--cold-cache", action="store_true",
                         help="also ours tuned on timings with the weights flushed from the "
                         "caches (MeasureSettings.flush_cache)")  # fmt: skip
@@ -730,6 +737,8 @@ def main() -> None:
     if args.finalists < 1:
         parser.error("--finalists must be at least 1")
     args.beside = [(label, url) for label, _, url in pairs]
+    if not arms("model", args):
+        parser.error("--no-plain needs another arm of ours, e.g. --channels-last")
     possible = metaschedule_arms(arms("model", args))
     if args.metaschedule_arms and not set(args.metaschedule_arms) <= set(possible):
         parser.error(f"--metaschedule-arms takes arms of this run: {' '.join(possible)}")
@@ -745,6 +754,7 @@ def main() -> None:
         runs += "-warm" if args.warm_start_tasks else ""
         runs += f"-finalists{args.finalists}" if args.finalists > 1 else ""
         runs += "".join(f"-{label}" for label, _ in args.beside)
+        runs += "" if args.plain else "-no-plain"
         done = os.path.join(args.work, f"{name}-results-{runs}.json")
         if os.path.exists(done):
             with open(done) as f:

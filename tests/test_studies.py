@@ -545,6 +545,20 @@ def test_model_tuning_refuses_a_metaschedule_arm_not_in_the_run(tmp_path):
     assert not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
 
 
+def test_model_tuning_refuses_no_plain_without_another_arm(tmp_path):
+    """--no-plain leaves out the NCHW arm; with no other arm of ours the run would time no
+    build of ours, so it gets one line, exit 2, with nothing written."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "model_tuning.py"), "--quick", "--no-plain",
+         "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--no-plain needs another arm of ours" in last, last
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_model_tuning_refuses_a_beside_label_that_an_arm_of_ours_takes(tmp_path):
     """A --beside label is timed as tensortune-LABEL, so one that an arm of ours is named (here
     the NHWC Winograd arm, which only --winograd --channels-last makes) gets one line, exit 2,
@@ -568,8 +582,8 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     import argparse
 
     model_tuning = studies_module("model_tuning")
-    flags = dict(work="w", beside=[], cold_cache=False, prepack_weights=True, winograd=True,
-                 warm_start_tasks=True)  # fmt: skip
+    flags = dict(work="w", beside=[], plain=True, cold_cache=False, prepack_weights=True,
+                 winograd=True, warm_start_tasks=True)  # fmt: skip
     plain = model_tuning.arms("m", argparse.Namespace(channels_last=False, **flags))
     assert model_tuning.profiled_arm(plain) == "tensortune"
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
@@ -580,6 +594,10 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     flags["prepack_weights"] = False
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
     assert model_tuning.profiled_arm(nhwc) == "tensortune-channels-last"
+    flags["plain"] = False  # --no-plain: the NCHW arm left out, the rest as before
+    assert set(model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))) == set(
+        nhwc
+    ) - {"tensortune"}
     profiles = {
         "tensortune@16": {"functions": {"conv": {"seconds": 2e-3}}},
         "tensortune-channels-last@16": {"functions": {"conv": {"seconds": 1e-3}}},
