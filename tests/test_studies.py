@@ -702,6 +702,29 @@ def test_finalists_report_pairs_each_build_round_by_round(tmp_path):
     assert found["plain_ms"] == pytest.approx(2200) and found["finalists_ms"] == 2000
 
 
+def test_round_ratios_compares_two_builds_round_by_round(tmp_path):
+    """round_ratios.py: B's seconds ÷ A's in each round, their geometric mean and the rounds A
+    was ahead in; a pair naming a system the file lacks gets one line and exit 2."""
+    path = tmp_path / "readings.csv"
+    readings = {"warm@1000": [1.0, 2.0, 1.0, 1.0], "ms@1000": [2.0, 2.0, 0.5, 2.0]}
+    path.write_text("system,round,seconds\n" + "".join(
+        f"{system},{i},{value}\n" for system, values in readings.items()
+        for i, value in enumerate(values)
+    ))  # fmt: skip
+    script = os.path.join(STUDIES, "round_ratios.py")
+    report = subprocess.run(
+        [sys.executable, script, str(path), "warm@1000/ms@1000"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    # Per round 2, 1, 0.5 and 2: geometric mean 2 ** (1 / 4); ahead in rounds 0 and 3.
+    assert f"| warm@1000 | ms@1000 | {2**0.25:.2f} [" in report and "| 2 of 4 |" in report
+    bad = subprocess.run(
+        [sys.executable, script, str(path), "warm@1000/eager"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "pairs are A/B of systems in the file: ms@1000 warm@1000" in bad.stderr.splitlines()[-1]
+
+
 def test_a_smaller_budget_is_built_from_the_trials_up_to_it():
     """A run that times budgets already tuned past (a re-timing) builds each from the trials
     the model's budget counted up to it, in the order they finished, not from the best over
