@@ -20,9 +20,10 @@ from efficiency_goals import geomean_interval, ratio_cell
 from finalists_report import read_rounds
 
 
-def round_ratios(readings: dict[str, list[float]], faster: str, slower: str) -> list[float]:
-    """`slower`'s seconds ÷ `faster`'s, round by round (rounds both were read in)."""
-    return [b / a for a, b in zip(readings[faster], readings[slower], strict=False)]
+def round_ratios(readings: dict[str, list[float]], first: str, second: str) -> list[float]:
+    """`second`'s seconds ÷ `first`'s, round by round (above 1 where `first` ran faster); a run
+    reads every system in every round, so the lists are of one length."""
+    return [b / a for a, b in zip(readings[first], readings[second], strict=True)]
 
 
 def main() -> None:
