@@ -33,6 +33,12 @@ def read_rounds(path: str) -> dict[str, list[float]]:
     return {system: [found[i] for i in sorted(found)] for system, found in rounds.items()}
 
 
+def round_ratios(readings: dict[str, list[float]], first: str, second: str) -> list[float]:
+    """`second`'s seconds ÷ `first`'s, round by round (above 1 where `first` ran faster); a run
+    reads every system in every round, so the lists are of one length."""
+    return [b / a for a, b in zip(readings[first], readings[second], strict=True)]
+
+
 def pairs(readings: dict[str, list[float]]) -> list[dict]:
     """Each finalists build with the build of its studies' bests: their median seconds and the
     median of their per-round ratios (studies' best ÷ finalists)."""
@@ -41,10 +47,11 @@ def pairs(readings: dict[str, list[float]]) -> list[dict]:
         name, _, budget = system.partition("@")
         if not name.endswith(SUFFIX) or not budget:
             continue
-        plain = readings.get(f"{name.removesuffix(SUFFIX)}@{budget}")
+        plain_system = f"{name.removesuffix(SUFFIX)}@{budget}"
+        plain = readings.get(plain_system)
         if plain is None:
             continue
-        ratios = [a / b for a, b in zip(plain, picked, strict=True)]
+        ratios = round_ratios(readings, system, plain_system)
         found.append({
             "system": name.removesuffix(SUFFIX), "budget": int(budget),
             "plain_ms": statistics.median(plain) * 1e3,

@@ -17,13 +17,7 @@ import math
 import sys
 
 from efficiency_goals import geomean_interval, ratio_cell
-from finalists_report import read_rounds
-
-
-def round_ratios(readings: dict[str, list[float]], first: str, second: str) -> list[float]:
-    """`second`'s seconds ÷ `first`'s, round by round (above 1 where `first` ran faster); a run
-    reads every system in every round, so the lists are of one length."""
-    return [b / a for a, b in zip(readings[first], readings[second], strict=True)]
+from finalists_report import read_rounds, round_ratios
 
 
 def main() -> None:
