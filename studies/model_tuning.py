@@ -346,12 +346,14 @@ def studies_up_to(studies: list, budget: int) -> list:
 
 
 class Arm(NamedTuple):
-    """One arm of ours: its task studies, timing, rewrites and whether tasks warm-start."""
+    """One arm of ours: its task studies, timing, rewrites, whether tasks warm-start and
+    whether tasks of one design space share their best configs."""
 
     storage: str
     settings: MeasureSettings | None = None
     rewrites: Rewrites = NO_REWRITES
     warm_start: bool = False
+    share_bests: bool = False
 
 
 def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
@@ -367,6 +369,8 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--warm-start-tasks) each task warm-started from the model's tasks of its kind (with
     # --channels-last, in NHWC, beside the direct NHWC arm); with --cold-cache too, also both
     # at once (NCHW).
+    # (--share-bests) tasks of one design space handed each other's best configs (with
+    # --channels-last, in NHWC).
     # (--no-plain) without the NCHW arm, for a run that asks about the other arms alone.
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     variants = {"tensortune": Arm(storage)} if args.plain else {}
@@ -398,6 +402,12 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         url = f"sqlite:///{os.path.join(args.work, file)}"
         nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
         variants[system] = Arm(url, rewrites=nhwc, warm_start=True)
+    if args.share_bests:
+        system = "tensortune-channels-last-shared" if args.channels_last else "tensortune-shared"
+        file = name + system.removeprefix("tensortune") + ".db"
+        url = f"sqlite:///{os.path.join(args.work, file)}"
+        nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
+        variants[system] = Arm(url, rewrites=nhwc, share_bests=True)
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(
@@ -407,7 +417,14 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
 
 
 #: The flags that add arms of ours (`arms`).
-ARM_FLAGS = ("cold_cache", "prepack_weights", "winograd", "channels_last", "warm_start_tasks")
+ARM_FLAGS = (
+    "cold_cache",
+    "prepack_weights",
+    "winograd",
+    "channels_last",
+    "warm_start_tasks",
+    "share_bests",
+)
 
 
 def arm_labels() -> set[str]:
@@ -441,8 +458,13 @@ def metaschedule_dir(work: str, name: str, system: str) -> str:
 
 def metaschedule_arms(variants: dict[str, Arm]) -> list[str]:
     """Our arms whose tasks MetaSchedule tunes by default: those timed as usual and tuned cold
-    (its search has neither flushed caches nor warm starts)."""
-    return [s for s, arm in variants.items() if arm.settings is None and not arm.warm_start]
+    (its search has neither flushed caches nor warm starts), each task alone (nor shared
+    configs)."""
+    return [
+        s
+        for s, arm in variants.items()
+        if arm.settings is None and not arm.warm_start and not arm.share_bests
+    ]
 
 
 def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[list, list]:
@@ -465,7 +487,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     profiled = profiled_arm(variants)
     beside = dict(args.beside)
     picking_s: dict[str, float] = {}  # (--finalists) tuning seconds and the re-timing's
-    for system, (url, settings, rewrites, warm) in variants.items():
+    for system, (url, settings, rewrites, warm, shared) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
             key = f"{system}@{budget}"
@@ -473,7 +495,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             tuned_model = tune_model(
                 program, budget, target, storage=url, seed=args.seed, settings=settings,
                 prepack_weights=rewrites.prepack_weights, winograd=rewrites.winograd,
-                channels_last=rewrites.channels_last, warm_start=warm,
+                channels_last=rewrites.channels_last, warm_start=warm, share_bests=shared,
             )  # fmt: skip
             if system == profiled:  # the per-task rows and the profile are of this one
                 tuning = tuned_model
@@ -695,6 +717,10 @@ def main() -> None:
                         help="also ours with each task warm-started from the model's tasks of "
                         "its kind (tune_model's warm_start; with --channels-last, in NHWC); "
                         "with --cold-cache, also both at once")  # fmt: skip
+    parser.add_argument("--share-bests", action="store_true",
+                        help="also ours with tasks of one design space handed each other's "
+                        "best configs (tune_model's share_bests; with --channels-last, in "
+                        "NHWC)")  # fmt: skip
     parser.add_argument("--beside", nargs="+", default=[], metavar="LABEL=STORAGE",
                         help="also ours from the task studies in STORAGE (an Optuna URL; a "
                         "run of other code, say), resumed to each budget and timed as "
@@ -753,6 +779,7 @@ def main() -> None:
         runs += "-winograd" if args.winograd else ""
         runs += "-channels-last" if args.channels_last else ""
         runs += "-warm" if args.warm_start_tasks else ""
+        runs += "-shared" if args.share_bests else ""
         runs += f"-finalists{args.finalists}" if args.finalists > 1 else ""
         runs += "".join(f"-{label}" for label, _ in args.beside)
         runs += "" if args.plain else "-no-plain"

@@ -24,6 +24,7 @@ from tensortune.measure import Measurer, MeasureSettings
 from tensortune.measure.worker_tasks import flushes_caches
 from tensortune.model.frontend import ModelProgram
 from tensortune.model.scheduler import TaskState, model_seconds, next_task
+from tensortune.model.sharing import same_space_twins, untried_bests
 from tensortune.model.tasks import (
     NO_REWRITES,
     ModelTask,
@@ -117,6 +118,7 @@ def tune_model(
     channels_last: bool | None = None,
     warm_start: bool = False,
     source_weighting: str | None = None,
+    share_bests: bool = False,
 ) -> ModelTuning:
     """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
     all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
@@ -159,6 +161,10 @@ def tune_model(
         source_weighting: How those sources weigh against a task's own trials, one of
             `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
             with `warm_start` only. Default None: ``"evidence"``.
+        share_bests: Before each batch of a task, hand it the best config of each other task
+            with the same design space (the same convolution with another epilogue, say) that
+            it has not tried, as a trial of that batch (`tensortune.model.sharing`). Default
+            False: each task runs only the configs its own sampler proposes.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
@@ -196,7 +202,7 @@ def tune_model(
         with Measurer(tuning.templates[0], tuning.target, settings) as measurer:
             _tune_batches(
                 tuning, total_trials, storage, sampler, seed, batch_size, say, measurer,
-                warm_start, source_weighting,
+                warm_start, source_weighting, share_bests,
             )  # fmt: skip
     _fail_stale(tuning)
     return tuning
@@ -223,6 +229,7 @@ def _tune_batches(
     measurer: Measurer,
     warm_start: bool,
     source_weighting: str | None,
+    share_bests: bool,
 ) -> None:
     from tensortune.tuning import make_sampler, tune
 
@@ -232,6 +239,7 @@ def _tune_batches(
     # in a batch (its model, the configs it lowered and the screen they train, its random
     # state) serves the next, where a sampler per batch began each one afresh.
     samplers: dict[int, Any] = {}
+    twins = same_space_twins([template.knobs for template in tuning.templates])
     while True:
         states = [task_state(tasks[i], studies[i]) for i in indices]
         done = sum(s.trials for s in states)
@@ -253,6 +261,10 @@ def _tune_batches(
             samplers[pick] = chosen
         elif sources:
             chosen.source_studies = sources  # read again where they changed
+        if share_bests and (own := studies[pick]) is not None:
+            started = [study for j in twins[pick] if (study := studies[j]) is not None]
+            for twin_name, params in untried_bests(own, started)[:count]:
+                own.enqueue_trial(params, user_attrs={"shared_from": twin_name})
         studies[pick] = tune(
             task.workload(),
             spec,

@@ -1,0 +1,93 @@
+"""Tasks of one design space share their best configs (`tensortune.model.sharing`): the pure
+picks, then a model whose two convolutions differ only in their epilogue, tuned for real."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+
+from tensortune.model.sharing import same_space_twins, untried_bests
+from tensortune.templates.knobs import ChoiceKnob
+
+
+def test_twins_are_tasks_with_equal_knobs_in_order():
+    a = [ChoiceKnob("tile", (1, 2, 4)), ChoiceKnob("unroll", (0, 16))]
+    other_choices = [ChoiceKnob("tile", (1, 2, 8)), ChoiceKnob("unroll", (0, 16))]
+    reordered = list(reversed(a))
+    spaces = [a, list(a), other_choices, reordered, [], []]
+    assert same_space_twins(spaces) == [[1], [0], [], [], [], []]
+
+
+def _study(name: str, rows: list[tuple[dict, float | None]]) -> optuna.Study:
+    study = optuna.create_study(study_name=name, direction="maximize")
+    dist = {"tile": optuna.distributions.CategoricalDistribution((1, 2, 4))}
+    states = optuna.trial.TrialState
+    for params, value in rows:
+        state = states.COMPLETE if value is not None else states.FAIL
+        study.add_trial(
+            optuna.trial.create_trial(params=params, distributions=dist, value=value, state=state)
+        )
+    return study
+
+
+def test_untried_bests_hands_over_each_twins_best_once():
+    own = _study("own", [({"tile": 1}, 5.0)])
+    twin = _study("twin", [({"tile": 2}, 9.0), ({"tile": 4}, 3.0), ({"tile": 1}, None)])
+    empty = _study("empty", [({"tile": 4}, None)])
+    same_best = _study("same", [({"tile": 2}, 7.0)])
+    assert untried_bests(own, [twin, empty, same_best]) == [("twin", {"tile": 2})]
+    own.enqueue_trial({"tile": 2})  # waiting counts as tried: not handed over twice
+    assert untried_bests(own, [twin]) == []
+    assert untried_bests(_study("other", [({"tile": 2}, 1.0)]), [twin]) == []
+
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+
+class TwinConvs(torch.nn.Module):
+    """Two 3x3 convolutions of one shape: the second adds the input back (a shortcut)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.second = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return torch.relu(self.second(torch.relu(self.first(x))) + x)
+
+
+@pytest.mark.slow
+def test_twin_tasks_run_each_others_best_and_the_model_still_matches(tmp_path):
+    from tensortune.model import build, check_outputs, from_torch, run, tune_model, write_database
+
+    torch.manual_seed(0)
+    program = from_torch(TwinConvs().eval(), (torch.randn(1, 8, 8, 8),), name="twin-convs")
+    storage = f"sqlite:///{tmp_path / 'model.db'}"
+    tuning = tune_model(
+        program, 24, storage=storage, sampler="random", batch_size=4, channels_last=False,
+        progress=lambda line: None, share_bests=True,
+    )  # fmt: skip
+    studies = [s for s in tuning.studies if s is not None]
+    assert len(studies) == 2 and same_space_twins([t.knobs for t in tuning.templates]) == [[1], [0]]
+    shared = 0
+    for study, twin in ((studies[0], studies[1]), (studies[1], studies[0])):
+        trials = sorted(study.trials, key=lambda t: t.number)
+        for i, trial in enumerate(trials):
+            if "shared_from" not in trial.user_attrs:
+                continue
+            shared += 1
+            assert trial.user_attrs["shared_from"] == twin.study_name
+            # The config is one the twin had measured, new to this task, run here as it was.
+            assert trial.params in [t.params for t in twin.trials if t.value is not None]
+            assert trial.params not in [t.params for t in trials[:i]]
+            assert trial.state == optuna.trial.TrialState.COMPLETE
+    # A task gets its twin's best from its second batch on (a config handed
+    # over that becomes the taker's best too is not handed back).
+    assert shared >= 1
+    assert sum(len(s.trials) for s in studies) == 24  # shared trials count in the budget
+    x = program.inputs[0].random(np.random.default_rng(0))
+    folder = str(tmp_path / "db")
+    write_database(tuning.tasks, tuning.studies, tuning.target, folder)
+    check_outputs(run(build(program, tuning.target, folder), [x]), program.reference([x]))
