@@ -5,12 +5,16 @@ timed theirs differently.
 
     python studies/task_bests.py --storage sqlite:///<work>/resnet18-tensortune-channels-last.db \
         --metaschedule <work>/resnet18-ms-channels-last --channels-last --out F.csv
+    python studies/task_bests.py --storage sqlite:///<work>/resnet18-tensortune-channels-last.db \
+        --versus sqlite:///<work>/resnet18-channels-last-shared.db --channels-last --out F.csv
 
 The storage holds a finished `model_tuning.py` run's task studies, the folder MetaSchedule's
-database of the same tasks (``model_tuning.py --metaschedule-arms``); nothing is tuned, and
-each side's best is the one its whole run found. Writes one row per task: weight, each side's
-µs as its run recorded it and as timed here (median of the rounds, all calls of a model run),
-and ours ÷ MetaSchedule's time; prints the sums.
+database of the same tasks (``model_tuning.py --metaschedule-arms``), or ``--versus`` another
+arm's task studies of the same tasks in place of MetaSchedule's; nothing is tuned, and each
+side's best is the one its whole run found. Writes one row per task: weight, each side's µs as
+its run recorded it and as timed here (median of the rounds, all calls of a model run), and
+ours ÷ the other side's time (columns ``ms_...`` for MetaSchedule, ``versus_...`` for another
+arm); prints the sums.
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from in_model_gap import add_run_arguments, alone_seconds, built_kernel, run_studies
 from results_io import write_csv
 
 from tensortune.model.database import best_config
+from tensortune.model.tuning import model_tuning
 from tensortune.target import make_target
 
 #: Rounds of the side-by-side timing; each reading is `alone_seconds`'s median.
@@ -50,23 +56,27 @@ def metaschedule_best(func: Any, database: Any, target: dict) -> tuple[Any, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     add_run_arguments(parser)
-    parser.add_argument("--metaschedule", required=True, help="MetaSchedule's work folder")
+    other = parser.add_mutually_exclusive_group(required=True)
+    other.add_argument("--metaschedule", help="MetaSchedule's work folder")
+    other.add_argument(
+        "--versus",
+        metavar="STORAGE",
+        help="another arm's task studies of the same tasks (an Optuna URL)",
+    )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
     args = parser.parse_args()
-    if not os.path.isdir(args.metaschedule):
+    if args.metaschedule is not None and not os.path.isdir(args.metaschedule):
         parser.error(f"--metaschedule {args.metaschedule}: no such folder")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    from tvm.s_tir import meta_schedule as ms
-
-    _, _, tuning = run_studies(args)
-    database = ms.database.JSONDatabase(work_dir=args.metaschedule)  # read once, for every task
+    program, _, tuning = run_studies(args)
+    peer = other_best(args, program, tuning)
     pairs = []
-    for task, study in zip(tuning.tasks, tuning.studies, strict=True):
+    for index, (task, study) in enumerate(zip(tuning.tasks, tuning.studies, strict=True)):
         found = best_config(study)
-        if found is None:  # no kernel of ours: MetaSchedule's is not compiled either
+        if found is None:  # no kernel of ours: the other side's is not compiled either
             continue
-        theirs = metaschedule_best(task.workload().prim_func(), database, tuning.target)
+        theirs = peer(index)
         if theirs is None:
             continue
         ours, arrays = built_kernel(task, found[0], tuning.target)
@@ -76,16 +86,17 @@ def main() -> None:
         for task, _, ours, (theirs, _), arrays in pairs:
             readings[task.name][0].append(alone_seconds(ours, arrays))
             readings[task.name][1].append(alone_seconds(theirs, arrays))
+    side = "ms" if args.metaschedule is not None else "versus"
     rows = []
-    for task, recorded, _, (_, recorded_ms), _ in pairs:
+    for task, recorded, _, (_, recorded_other), _ in pairs:
         ours_s, theirs_s = (statistics.median(r) for r in readings[task.name])
         rows.append({
             "task": task.name, "weight": task.weight,
             "ours_recorded_us": round(recorded * task.weight * 1e6, 1),
-            "ms_recorded_us": round(recorded_ms * task.weight * 1e6, 1),
+            f"{side}_recorded_us": round(recorded_other * task.weight * 1e6, 1),
             "ours_us": round(ours_s * task.weight * 1e6, 1),
-            "ms_us": round(theirs_s * task.weight * 1e6, 1),
-            "ours_over_ms": round(ours_s / theirs_s, 3),
+            f"{side}_us": round(theirs_s * task.weight * 1e6, 1),
+            f"ours_over_{side}": round(ours_s / theirs_s, 3),
         })  # fmt: skip
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_csv(args.out, rows)
@@ -93,9 +104,35 @@ def main() -> None:
     def total(key: str) -> float:
         return sum(r[key] for r in rows) / 1e3
 
+    shown = "MetaSchedule's" if side == "ms" else "the other arm's"
     print(f"{len(rows)} tasks: ours {total('ours_us'):.2f} ms timed here "
-          f"({total('ours_recorded_us'):.2f} as recorded), MetaSchedule's "
-          f"{total('ms_us'):.2f} ms ({total('ms_recorded_us'):.2f} as recorded)")  # fmt: skip
+          f"({total('ours_recorded_us'):.2f} as recorded), {shown} "
+          f"{total(f'{side}_us'):.2f} ms ({total(f'{side}_recorded_us'):.2f} as "
+          "recorded)")  # fmt: skip
+
+
+def other_best(
+    args: argparse.Namespace, program: Any, tuning: Any
+) -> Callable[[int], tuple[Any, float] | None]:
+    """For the task at an index of `tuning`, the other side's best kernel, compiled, and the
+    seconds its run recorded for it (None where it has none): MetaSchedule's (``--metaschedule``)
+    or another arm's (``--versus``, read for the same model and layout)."""
+    if args.metaschedule is not None:
+        from tvm.s_tir import meta_schedule as ms
+
+        database = ms.database.JSONDatabase(work_dir=args.metaschedule)  # read once
+        return lambda i: metaschedule_best(
+            tuning.tasks[i].workload().prim_func(), database, tuning.target
+        )
+    versus = model_tuning(program, tuning.target, args.versus, channels_last=args.channels_last)
+
+    def arm_best(i: int) -> tuple[Any, float] | None:
+        found = best_config(versus.studies[i])
+        if found is None:
+            return None
+        return built_kernel(versus.tasks[i], found[0], tuning.target)[0], found[1]
+
+    return arm_best
 
 
 if __name__ == "__main__":

@@ -685,6 +685,21 @@ def test_model_tuning_quick(tmp_path):
         and float(r["again_us"]) > 0 and float(r["again_ratio"]) > 0
         for r in found
     )  # fmt: skip
+    # task_bests.py --versus: each task's best of one arm against another's, timed side by
+    # side (here the same studies on both sides: the same kernels, so the same sums).
+    versus = tmp_path / "versus.csv"
+    printed = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "task_bests.py"), "--model", "tiny-cnn",
+         "--storage", f"sqlite:///{work / 'tiny-cnn.db'}", "--rounds", "2",
+         "--versus", f"sqlite:///{work / 'tiny-cnn.db'}", "--out", str(versus)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    with open(versus) as f:
+        paired = list(csv.DictReader(f))
+    assert {r["task"] for r in paired} >= {r["task"] for r in found}  # every tuned task
+    assert all(r["ours_recorded_us"] == r["versus_recorded_us"] for r in paired)
+    assert all(float(r["ours_over_versus"]) > 0 for r in paired)
+    assert "the other arm's" in printed
 
 
 def test_finalists_report_pairs_each_build_round_by_round(tmp_path):

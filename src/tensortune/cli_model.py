@@ -47,6 +47,13 @@ def add_model_commands(sub: Any) -> None:
         f"trials, as for tune --source-weighting (default {SOURCE_WEIGHTINGS[0]})",
     )
     tune.add_argument(
+        "--share-bests",
+        action="store_true",
+        help="hand each task the best configs of the model's tasks with the same design space "
+        "(the same convolution with another epilogue) as trials of its batches (default: each "
+        "task runs only its own sampler's configs)",
+    )
+    tune.add_argument(
         "-o", "--output", default=None, help="folder to export to (default: MODEL-tuned)"
     )
     _finalists_argument(tune)
@@ -134,7 +141,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,
         winograd=args.winograd, channels_last=args.channels_last,
         warm_start=args.warm_start_tasks,
-        source_weighting=args.source_weighting,
+        source_weighting=args.source_weighting, share_bests=args.share_bests,
     )  # fmt: skip
     _export(tuning, output, args.finalists)
 
