@@ -396,18 +396,14 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         system += "-prepacked" if args.prepack_weights else ""
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
         variants[system] = Arm(url, rewrites=rewrites)
-    if args.warm_start_tasks:
-        system = "tensortune-channels-last-warm" if args.channels_last else "tensortune-warm"
-        file = name + system.removeprefix("tensortune") + ".db"
-        url = f"sqlite:///{os.path.join(args.work, file)}"
-        nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
-        variants[system] = Arm(url, rewrites=nhwc, warm_start=True)
-    if args.share_bests:
-        system = "tensortune-channels-last-shared" if args.channels_last else "tensortune-shared"
-        file = name + system.removeprefix("tensortune") + ".db"
-        url = f"sqlite:///{os.path.join(args.work, file)}"
-        nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
-        variants[system] = Arm(url, rewrites=nhwc, share_bests=True)
+    layout = "-channels-last" if args.channels_last else ""
+    nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
+    for warm, suffix in ((True, "warm"), (False, "shared")):
+        if args.warm_start_tasks if warm else args.share_bests:
+            url = f"sqlite:///{os.path.join(args.work, f'{name}{layout}-{suffix}.db')}"
+            variants[f"tensortune{layout}-{suffix}"] = Arm(
+                url, rewrites=nhwc, warm_start=warm, share_bests=not warm
+            )
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(

@@ -41,27 +41,24 @@ def test_untried_bests_hands_over_each_twins_best_once():
     assert untried_bests(_study("other", [({"tile": 2}, 1.0)]), [twin]) == []
 
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("onnx")
-
-
-class TwinConvs(torch.nn.Module):
-    """Two 3x3 convolutions of one shape: the second adds the input back (a shortcut)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first = torch.nn.Conv2d(8, 8, 3, padding=1)
-        self.second = torch.nn.Conv2d(8, 8, 3, padding=1)
-
-    def forward(self, x):  # type: ignore[no-untyped-def]
-        return torch.relu(self.second(torch.relu(self.first(x))) + x)
-
-
 @pytest.mark.slow
 def test_twin_tasks_run_each_others_best_and_the_model_still_matches(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
     from tensortune.cli import main
     from tensortune.model import load_onnx, parse_input
     from tensortune.model.tuning import model_tuning
+
+    class TwinConvs(torch.nn.Module):
+        """Two 3x3 convolutions of one shape: the second adds the input back (a shortcut)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.second = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return torch.relu(self.second(torch.relu(self.first(x))) + x)
 
     torch.manual_seed(0)
     onnx_file = str(tmp_path / "twins.onnx")

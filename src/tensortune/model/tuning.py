@@ -164,9 +164,9 @@ def tune_model(
         share_bests: Before each batch of a task, hand it the best config of each other task
             with the same design space (the same convolution with another epilogue, say) that
             it has not tried, as a trial of that batch (`tensortune.model.sharing`); each
-            task's sampler is then seeded with `seed` plus the task's index, as tasks of one
-            space with one seed propose the same configs. Default False: each task runs only
-            the configs its own sampler proposes.
+            task's sampler is then seeded with `seed` plus the task's index (modulo 2**32), as
+            tasks of one space with one seed propose the same configs. Default False: each
+            task runs only the configs its own sampler proposes.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
@@ -257,9 +257,9 @@ def _tune_batches(
             # A task's first sources come with a sampler of their own: a cold one chose its
             # features for no sources (`tensortune.CostModelSampler`).
             # Twins sharing bests search apart: with one seed, tasks of one design space
-            # propose the same configs (ResNet-18's twins shared their first 8 and 16-22 in
-            # all), so a twin's best would mostly be one the task had run already.
-            own_seed = seed + pick if share_bests and seed is not None else seed
+            # propose the same configs (ResNet-18's twins ran the same first 8, and 16-22 of
+            # the same in all), so a twin's best was often one the task had run already.
+            own_seed = (seed + pick) % 2**32 if share_bests and seed is not None else seed
             chosen = make_sampler(
                 sampler, own_seed, batch_size=batch_size, source_studies=sources,
                 source_weighting=source_weighting,
