@@ -398,11 +398,11 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         variants[system] = Arm(url, rewrites=rewrites)
     layout = "-channels-last" if args.channels_last else ""
     nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
-    for warm, suffix in ((True, "warm"), (False, "shared")):
-        if args.warm_start_tasks if warm else args.share_bests:
+    for wanted, suffix in ((args.warm_start_tasks, "warm"), (args.share_bests, "shared")):
+        if wanted:
             url = f"sqlite:///{os.path.join(args.work, f'{name}{layout}-{suffix}.db')}"
             variants[f"tensortune{layout}-{suffix}"] = Arm(
-                url, rewrites=nhwc, warm_start=warm, share_bests=not warm
+                url, rewrites=nhwc, warm_start=suffix == "warm", share_bests=suffix == "shared"
             )
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"

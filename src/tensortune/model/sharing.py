@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
+from tensortune.model.database import best_config
 from tensortune.trial_records import trial_config
 
 
@@ -31,19 +31,16 @@ def same_space_twins(spaces: Sequence[Sequence[Any]]) -> list[list[int]]:
 
 
 def untried_bests(study: optuna.Study, twins: Sequence[optuna.Study]) -> list[tuple[str, dict]]:
-    """``(twin study name, params)`` of the best completed config of each of `twins` that no
-    trial of `study` holds (finished, running or waiting), in the order of `twins`; a twin
-    with no completed trial gives none."""
+    """``(twin study name, params)`` of the best completed config of each of `twins` (the one
+    its kernel would be built with, `tensortune.model.database.best_config`) that no trial of
+    `study` holds (finished, running or waiting), in the order of `twins`; a twin with no
+    completed trial gives none."""
     # A waiting or running trial holds its config as the one it was handed (`trial_config`).
     tried = [dict(trial_config(t)) for t in study.get_trials(deepcopy=False)]
     picked: list[tuple[str, dict]] = []
     for twin in twins:
-        done = twin.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        scored = [(t.value, t) for t in done if t.value is not None]
-        if not scored:
-            continue
-        best = max(scored, key=lambda pair: pair[0])[1]  # GFLOP/s: larger is better
-        if best.params not in tried:
-            picked.append((twin.study_name, dict(best.params)))
-            tried.append(best.params)
+        found = best_config(twin)
+        if found is not None and found[0] not in tried:
+            picked.append((twin.study_name, found[0]))
+            tried.append(found[0])
     return picked
