@@ -346,14 +346,16 @@ def studies_up_to(studies: list, budget: int) -> list:
 
 
 class Arm(NamedTuple):
-    """One arm of ours: its task studies, timing, rewrites, whether tasks warm-start and
-    whether tasks of one design space share their best configs."""
+    """One arm of ours: its task studies, timing, rewrites, whether tasks warm-start (and from
+    which tasks: ``tune_model``'s ``warm_sources``) and whether tasks of one design space share
+    their best configs."""
 
     storage: str
     settings: MeasureSettings | None = None
     rewrites: Rewrites = NO_REWRITES
     warm_start: bool = False
     share_bests: bool = False
+    warm_sources: str | None = None
 
 
 def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
@@ -369,7 +371,8 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--warm-start-tasks) each task warm-started from the model's tasks of its kind (with
     # --channels-last, in NHWC, beside the direct NHWC arm); with --cold-cache too, also both
     # at once (NCHW).
-    # (--share-bests) tasks of one design space handed each other's best configs (with
+    # (--share-bests) tasks of one design space handed each other's best configs, and
+    # (--warm-start-twins) each task warm-started from those tasks' trials (both with
     # --channels-last, in NHWC).
     # (--no-plain) without the NCHW arm, for a run that asks about the other arms alone.
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
@@ -398,11 +401,19 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         variants[system] = Arm(url, rewrites=rewrites)
     layout = "-channels-last" if args.channels_last else ""
     nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
-    for wanted, suffix in ((args.warm_start_tasks, "warm"), (args.share_bests, "shared")):
+    for wanted, suffix in (
+        (args.warm_start_tasks, "warm"),
+        (args.share_bests, "shared"),
+        (args.warm_start_twins, "twins"),
+    ):
         if wanted:
             url = f"sqlite:///{os.path.join(args.work, f'{name}{layout}-{suffix}.db')}"
             variants[f"tensortune{layout}-{suffix}"] = Arm(
-                url, rewrites=nhwc, warm_start=suffix == "warm", share_bests=suffix == "shared"
+                url,
+                rewrites=nhwc,
+                warm_start=suffix in ("warm", "twins"),
+                share_bests=suffix == "shared",
+                warm_sources="twins" if suffix == "twins" else None,
             )
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
@@ -420,6 +431,7 @@ ARM_FLAGS = (
     "channels_last",
     "warm_start_tasks",
     "share_bests",
+    "warm_start_twins",
 )
 
 
@@ -483,7 +495,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     profiled = profiled_arm(variants)
     beside = dict(args.beside)
     picking_s: dict[str, float] = {}  # (--finalists) tuning seconds and the re-timing's
-    for system, (url, settings, rewrites, warm, shared) in variants.items():
+    for system, (url, settings, rewrites, warm, shared, warm_sources) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
             key = f"{system}@{budget}"
@@ -492,6 +504,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
                 program, budget, target, storage=url, seed=args.seed, settings=settings,
                 prepack_weights=rewrites.prepack_weights, winograd=rewrites.winograd,
                 channels_last=rewrites.channels_last, warm_start=warm, share_bests=shared,
+                warm_sources=warm_sources,
             )  # fmt: skip
             if system == profiled:  # the per-task rows and the profile are of this one
                 tuning = tuned_model
@@ -717,6 +730,10 @@ def main() -> None:
                         help="also ours with tasks of one design space handed each other's "
                         "best configs (tune_model's share_bests; with --channels-last, in "
                         "NHWC)")  # fmt: skip
+    parser.add_argument("--warm-start-twins", action="store_true",
+                        help="also ours with each task warm-started from the trials of the "
+                        "model's tasks of its design space (tune_model's warm_sources='twins'; "
+                        "with --channels-last, in NHWC)")  # fmt: skip
     parser.add_argument("--beside", nargs="+", default=[], metavar="LABEL=STORAGE",
                         help="also ours from the task studies in STORAGE (an Optuna URL; a "
                         "run of other code, say), resumed to each budget and timed as "
@@ -776,6 +793,7 @@ def main() -> None:
         runs += "-channels-last" if args.channels_last else ""
         runs += "-warm" if args.warm_start_tasks else ""
         runs += "-shared" if args.share_bests else ""
+        runs += "-twins" if args.warm_start_twins else ""
         runs += f"-finalists{args.finalists}" if args.finalists > 1 else ""
         runs += "".join(f"-{label}" for label, _ in args.beside)
         runs += "" if args.plain else "-no-plain"

@@ -249,6 +249,18 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     with pytest.raises(TensortuneError, match="do not compare with another study's"):
         tensortune.tune(other, "llvm", 2, storage=storage_url, sampler=warm,
                         settings=fast_settings, show_progress=False)  # fmt: skip
+    # A study of the very same design space makes the same decisions: it learns from the first
+    # in decision features, lowering nothing.
+    twin = CostModelSampler(source_studies=[study], n_startup_trials=4, batch_size=4, seed=1)
+    again = tensortune.tune(
+        workload, "llvm", 8, storage=storage_url, study_name="same space", sampler=twin,
+        settings=fast_settings, batch_size=4, space="metaschedule", show_progress=False,
+    )  # fmt: skip
+    assert twin.feature_set == "knob"
+    assert again.user_attrs["transfer_sources"] == [study.study_name]
+    proposals = [t.system_attrs[PROPOSAL_ATTR] for t in again.get_trials(deepcopy=False)]
+    assert "model" in [p["source"] for p in proposals]
+    assert all(p.get("source_weights") for p in proposals if p["source"] == "model")
 
 
 USER_MODULE = """

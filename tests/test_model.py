@@ -284,6 +284,7 @@ def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, 
         (["--source-weighting", "outranked"], "weighs --warm-start-tasks sources"),
         (["--warm-start-tasks", "--sampler", "random"], "needs the costmodel sampler"),
         (["--finalists", "0"], "--finalists must be at least 1"),
+        (["--warm-sources", "twins"], "are --warm-start-tasks sources"),
     ]
     for extra, message in rows:
         assert main(["tune-model", *common, *extra]) == 2, extra
@@ -293,6 +294,8 @@ def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, 
     for kwargs, message in [
         ({"source_weighting": "outranked"}, "warm-start the tasks"),
         ({"warm_start": True, "source_weighting": "loudest"}, "unknown source weighting"),
+        ({"warm_sources": "twins"}, "warm-start the tasks"),
+        ({"warm_start": True, "warm_sources": "cousins"}, "unknown warm sources 'cousins'"),
         ({"sampler": "bogus"}, "unknown sampler 'bogus'"),
         ({"seed": -1}, "seed must be an integer"),
     ]:

@@ -584,7 +584,8 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
 
     model_tuning = studies_module("model_tuning")
     flags = dict(work="w", beside=[], plain=True, cold_cache=False, prepack_weights=True,
-                 winograd=True, warm_start_tasks=True, share_bests=True)  # fmt: skip
+                 winograd=True, warm_start_tasks=True, share_bests=True,
+                 warm_start_twins=True)  # fmt: skip
     plain = model_tuning.arms("m", argparse.Namespace(channels_last=False, **flags))
     assert model_tuning.profiled_arm(plain) == "tensortune"
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
@@ -594,6 +595,9 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     shared = nhwc["tensortune-channels-last-shared"]  # shared bests in NHWC too
     assert shared.share_bests and shared.rewrites.channels_last and not shared.warm_start
     assert plain["tensortune-shared"].share_bests
+    twins = nhwc["tensortune-channels-last-twins"]  # warm-started from twins, in NHWC too
+    assert twins.warm_start and twins.warm_sources == "twins" and twins.rewrites.channels_last
+    assert nhwc["tensortune-channels-last-warm"].warm_sources is None  # kin, tune_model's default
     # MetaSchedule tunes each task alone: it takes the tasks of our arms that do too.
     assert set(model_tuning.metaschedule_arms(nhwc)) == {
         "tensortune", "tensortune-prepacked", "tensortune-winograd-channels-last-prepacked",

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from tensortune.errors import TensortuneError
+from tensortune.model.tuning import WARM_SOURCES
 from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
 from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
@@ -45,6 +46,14 @@ def add_model_commands(sub: Any) -> None:
         default=None,
         help="with --warm-start-tasks: how the other tasks' studies weigh next to a task's own "
         f"trials, as for tune --source-weighting (default {SOURCE_WEIGHTINGS[0]})",
+    )
+    tune.add_argument(
+        "--warm-sources",
+        choices=WARM_SOURCES,
+        default=None,
+        help="with --warm-start-tasks: which tasks each task learns from: kin (those of its "
+        "kind, in program features) or twins (those with its design space, in decision "
+        f"features: nothing lowered) (default {WARM_SOURCES[0]})",
     )
     tune.add_argument(
         "--share-bests",
@@ -131,6 +140,8 @@ def tune_model_command(args: argparse.Namespace) -> None:
         raise TensortuneError(f"--trials must be at least 1, got {args.trials}")
     if args.source_weighting is not None and not args.warm_start_tasks:
         raise TensortuneError("--source-weighting weighs --warm-start-tasks sources: give that too")
+    if args.warm_sources is not None and not args.warm_start_tasks:
+        raise TensortuneError("--warm-sources are --warm-start-tasks sources: give that too")
     _check_finalists(args.finalists)
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
@@ -142,6 +153,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
         winograd=args.winograd, channels_last=args.channels_last,
         warm_start=args.warm_start_tasks,
         source_weighting=args.source_weighting, share_bests=args.share_bests,
+        warm_sources=args.warm_sources,
     )  # fmt: skip
     _export(tuning, output, args.finalists)
 

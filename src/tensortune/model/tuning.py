@@ -38,6 +38,11 @@ from tensortune.trial_records import check_same_timing
 
 #: Trials a task gets at a time (and first of all): one batch of `tensortune.tune`.
 BATCH = 8
+#: Which of the model's tasks a warm-started task learns from; the first is the default.
+#: ``"kin"``: those of its kind, nearest program first, in program features (`kin_sources`);
+#: ``"twins"``: those whose design space has the same knobs (`twin_sources`), in the knob-level
+#: features of a cold study, so that no candidate is lowered.
+WARM_SOURCES = ("kin", "twins")
 
 
 @dataclasses.dataclass
@@ -119,6 +124,7 @@ def tune_model(
     warm_start: bool = False,
     source_weighting: str | None = None,
     share_bests: bool = False,
+    warm_sources: str | None = None,
 ) -> ModelTuning:
     """Tune the tasks of `program` until their studies hold `total_trials` finished trials in
     all, each next batch going to the task `tensortune.model.scheduler.next_task` picks.
@@ -152,12 +158,13 @@ def tune_model(
             it made our build 1.61-1.92x as fast as NCHW's at 500 and 1000 trials with packed
             weights, and 1.59x and 1.61x at 1000 without (two seeds each). A model without
             convolutions has the same tasks either way.
-        warm_start: Warm-start each batch's cost model from the studies of the model's
-            other tasks of the same kind (`tensortune.model.tasks.ModelTask.kind`) that have
-            a measured kernel, up to `tensortune.sampler.transfer.AUTO_SOURCES` of them,
-            nearest program first (`kin_sources`), as ``--transfer-from`` does for one
-            operator. The ``costmodel`` sampler only. Default False: each task learns from
-            its own trials alone.
+        warm_start: Warm-start each batch's cost model from the studies of other tasks of
+            the model that have a measured kernel, as ``--transfer-from`` does for one
+            operator: by default those of the same kind
+            (`tensortune.model.tasks.ModelTask.kind`), up to
+            `tensortune.sampler.transfer.AUTO_SOURCES` of them, nearest program first
+            (`kin_sources`); see `warm_sources`. The ``costmodel`` sampler only. Default
+            False: each task learns from its own trials alone.
         source_weighting: How those sources weigh against a task's own trials, one of
             `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
             with `warm_start` only. Default None: ``"evidence"``.
@@ -167,6 +174,9 @@ def tune_model(
             task's sampler is then seeded with `seed` plus the task's index (modulo 2**32), as
             tasks of one space with one seed propose the same configs. Default False: each
             task runs only the configs its own sampler proposes.
+        warm_sources: Which tasks a warm-started task learns from, one of `WARM_SOURCES`;
+            with `warm_start` only. With ``"twins"`` each task's sampler is seeded apart, as
+            with `share_bests`. Default None: ``"kin"``.
     """
     if total_trials < 1:
         raise TensortuneError(f"total trials must be at least 1, got {total_trials}")
@@ -176,6 +186,12 @@ def tune_model(
         raise TensortuneError(f"warm-starting tasks needs the costmodel sampler, not {sampler}")
     if source_weighting is not None and not warm_start:
         raise TensortuneError("a source weighting weighs warm-start sources: warm-start the tasks")
+    if warm_sources is not None and not warm_start:
+        raise TensortuneError("warm sources are what tasks warm-start from: warm-start the tasks")
+    if warm_sources is not None and warm_sources not in WARM_SOURCES:
+        raise TensortuneError(
+            f"unknown warm sources {warm_sources!r}; choose one of {', '.join(WARM_SOURCES)}"
+        )
     if source_weighting is not None and source_weighting not in SOURCE_WEIGHTINGS:
         raise TensortuneError(
             f"unknown source weighting {source_weighting!r}; choose one of "
@@ -204,7 +220,8 @@ def tune_model(
         with Measurer(tuning.templates[0], tuning.target, settings) as measurer:
             _tune_batches(
                 tuning, total_trials, storage, sampler, seed, batch_size, say, measurer,
-                warm_start, source_weighting, share_bests,
+                (warm_sources or WARM_SOURCES[0]) if warm_start else None, source_weighting,
+                share_bests,
             )  # fmt: skip
     _fail_stale(tuning)
     return tuning
@@ -229,10 +246,12 @@ def _tune_batches(
     batch_size: int,
     say: Callable[[str], None],
     measurer: Measurer,
-    warm_start: bool,
+    warm_sources: str | None,
     source_weighting: str | None,
     share_bests: bool,
 ) -> None:
+    """Tune batch after batch until the budget is spent; `warm_sources`: one of
+    `WARM_SOURCES`, or None for cold tasks."""
     from tensortune.tuning import make_sampler, tune
 
     tasks, studies, names, spec = tuning.tasks, tuning.studies, tuning.study_names, tuning.target
@@ -251,7 +270,12 @@ def _tune_batches(
         task = tasks[pick]
         count = min(batch_size, total_trials - done)
         before = states[indices.index(pick)].trials
-        sources = kin_sources(tuning, pick, states, indices) if warm_start else []
+        if warm_sources == "twins":
+            sources = twin_sources(tuning, twins[pick], states, indices)
+        elif warm_sources == "kin":
+            sources = kin_sources(tuning, pick, states, indices)
+        else:
+            sources = []
         chosen = samplers.get(pick)
         if chosen is None or (sources and not getattr(chosen, "source_studies", ())):
             # A task's first sources come with a sampler of their own: a cold one chose its
@@ -259,7 +283,8 @@ def _tune_batches(
             # Twins sharing bests search apart: with one seed, tasks of one design space
             # propose the same configs (ResNet-18's twins ran the same first 8, and 16-22 of
             # the same in all), so a twin's best was often one the task had run already.
-            own_seed = (seed + pick) % 2**32 if share_bests and seed is not None else seed
+            apart = share_bests or warm_sources == "twins"
+            own_seed = (seed + pick) % 2**32 if apart and seed is not None else seed
             chosen = make_sampler(
                 sampler, own_seed, batch_size=batch_size, source_studies=sources,
                 source_weighting=source_weighting,
@@ -313,6 +338,16 @@ def kin_sources(
     mine = task.workload()
     kin.sort(key=lambda i: program_distance(mine, tuning.tasks[i].workload()))
     return [study for i in kin[:AUTO_SOURCES] if (study := tuning.studies[i]) is not None]
+
+
+def twin_sources(
+    tuning: ModelTuning, twins: list[int], states: list[TaskState], indices: list[int]
+) -> list[optuna.Study]:
+    """The studies of `twins` (tasks whose design space has the knobs of the task at hand,
+    `tensortune.model.sharing.same_space_twins`) with a measured kernel (`states`, of the
+    tasks at `indices`)."""
+    measured = {i for i, state in zip(indices, states, strict=True) if math.isfinite(state.best)}
+    return [study for i in twins if i in measured and (study := tuning.studies[i]) is not None]
 
 
 class _TaskMeasurer:

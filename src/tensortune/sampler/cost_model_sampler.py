@@ -80,8 +80,9 @@ class CostModelSampler(BaseSampler):
             from 128 trials on in 256-trial studies of matmul 1024 and conv2d C7 (3 seeds,
             ``studies/README.md``) and transfers better across operators.
         feature_set: Program features, one of `tensortune.features.FEATURE_SETS`. Default
-            None: for xgb without `source_studies`, on the CPU template or MetaSchedule's
-            space for a CPU (`tensortune.features.knob_features_fit`), ``"knob"``
+            None: for xgb without `source_studies` (or with sources that all search this very
+            design space: `tensortune.sampler.transfer.same_space`), on the CPU template or
+            MetaSchedule's space for a CPU (`tensortune.features.knob_features_fit`), ``"knob"``
             (`tensortune.features.knob` and `tensortune.features.decisions`, computed from the
             knob values without TVM, so a round can score 10^4 configs; it ranks recorded
             configs about as well as ``"curve"``, but transfers from other shapes worse), else
@@ -456,10 +457,12 @@ class CostModelSampler(BaseSampler):
             # Prior studies of another shape taught the model more through program features:
             # warm proposals for matmul 128 from a 192x96x160 study re-timed at a median 44-56
             # GFLOP/s with curve features against 30 with knob features (16 configs each).
+            # Sources of this very design space make the same decisions: their knob rows
+            # compare as they are, and nothing need be lowered.
             knob = (
                 self.cost_model == "xgb"
                 and knob_features_fit(template)
-                and (drop_sources or not self.warm.studies)
+                and (drop_sources or not self.warm.studies or self.warm.share_space(template.knobs))
             )
             self.feature_set = "knob" if knob else COST_MODELS[self.cost_model]
         self.settings = dataclasses.replace(
@@ -504,7 +507,11 @@ class CostModelSampler(BaseSampler):
         n_measured = int(np.isfinite(history.values).sum())
         assert self._extractor is not None
         rows = self.warm.load(
-            study, self.feature_set, self._extractor.length, self.feature_processes
+            study,
+            self.feature_set,
+            self._extractor.length,
+            self.feature_processes,
+            self._extractor.template.knobs,
         )
         warm = rows is not None
         if not warm and (

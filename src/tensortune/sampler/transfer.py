@@ -125,6 +125,21 @@ def check_sources(
             )
 
 
+def same_space(sources: Sequence[optuna.Study], knobs: Sequence[ChoiceKnob]) -> bool:
+    """Whether every one of `sources` (at least one) searches a design space with exactly
+    `knobs`, names and choices in order, so that its configs are the study's own decisions
+    (ResNet-18's 3x3 convolutions with and without the shortcut add, say). Makes each source's
+    template (about 0.1 s for a MetaSchedule design space)."""
+    from tensortune.storage import study_space, study_target, study_workload
+    from tensortune.templates import template_for
+
+    wanted = list(knobs)
+    return bool(sources) and all(
+        list(template_for(study_workload(s), study_target(s), study_space(s)).knobs) == wanted
+        for s in sources
+    )
+
+
 #: Best source configs kept in `SourceRows.best_configs`.
 _N_BEST = 32
 
@@ -135,6 +150,7 @@ def load_sources(
     length: int | None = None,
     processes: int = 1,
     extractors: dict[tuple[str, str, str], FeatureExtractor] | None = None,
+    knobs: Sequence[ChoiceKnob] | None = None,
 ) -> SourceRows:
     """The measured configs of `sources` as feature rows (check them with `check_sources`).
 
@@ -150,19 +166,29 @@ def load_sources(
             set, used again and added to, so that a config lowered before is not lowered
             again (a study whose sources grow reads them again every batch). Default None:
             new ones, kept nowhere.
+        knobs: The new study's knobs. Where given, rows of another length than
+            `feature_set`'s usual one (decision features, ``"knob"`` on any template but the
+            CPU one) are read from sources whose design space has these very knobs (names
+            and choices, in order; `same_space`): each such row describes the same decisions
+            as the study's own. Default None: rows of the usual length only.
 
     Raises:
         TensortuneError: If the new study's rows or a source's are not `feature_set`'s
-            length (`tensortune.features.feature_length`): decision features (``"knob"`` on
-            any template but the CPU one) describe their own template's knobs only. Checked
-            before any source is read.
+            length (`tensortune.features.feature_length`), and not decision rows of a source
+            with the study's `knobs`: decision features describe their own template's knobs
+            only. The study's length is checked before any source is read.
     """
     from tensortune.features import FeatureExtractor, feature_length
     from tensortune.storage import study_space, study_target, study_workload
     from tensortune.templates import template_for
 
     expected = feature_length(feature_set)
-    if length is not None and length != expected:
+    # Decision rows: comparable between studies of one design space, not beyond it.
+    decisions = knobs is not None and length is not None and length != expected
+    if decisions:
+        assert length is not None
+        expected = length
+    elif length is not None and length != expected:
         raise TensortuneError(
             f"this study's {feature_set!r} rows describe its own decisions, which no source's "
             "compare with: transfer to it with feature_set='curve'"
@@ -185,7 +211,7 @@ def load_sources(
             if extractors is not None:
                 extractors[memo_key] = extractor
         space = KnobSpace(extractor.template.knobs)
-        if extractor.length != expected:
+        if extractor.length != expected or (decisions and space.knobs != list(knobs or ())):
             raise TensortuneError(
                 f"the {feature_set!r} rows of source study {first.study_name!r} "
                 f"({study_space(first)} space) do not compare with another study's: "

@@ -25,12 +25,14 @@ from tensortune.sampler.transfer import (
     fit_judges,
     load_sources,
     project_config,
+    same_space,
 )
 
 if TYPE_CHECKING:
     from tensortune.cost_model import CostModel
     from tensortune.features import FeatureExtractor
     from tensortune.sampler.history import KnobSpace
+    from tensortune.templates.knobs import ChoiceKnob
     from tensortune.workloads import Workload
 
 
@@ -84,12 +86,25 @@ class WarmStart:
         found = find_sources(study._storage, workload, target, exclude=study.study_name)
         self.studies = [source for source, _ in found]
 
+    def share_space(self, knobs: Sequence[ChoiceKnob]) -> bool:
+        """Whether there are sources and every one searches a design space with exactly
+        `knobs` (`tensortune.sampler.transfer.same_space`); False before `resolve`."""
+        if isinstance(self.studies, str) or not self.studies:
+            return False
+        return same_space(self.studies, knobs)
+
     def load(
-        self, study: optuna.Study, feature_set: str, length: int | None = None, processes: int = 1
+        self,
+        study: optuna.Study,
+        feature_set: str,
+        length: int | None = None,
+        processes: int = 1,
+        knobs: Sequence[ChoiceKnob] | None = None,
     ) -> SourceRows | None:
         """The sources' rows in `feature_set`, read once; None without sources or dropped.
-        `length`: the length of the study's own rows (default None: not checked); `processes`:
-        as `load_sources`' (default 1).
+        `length`: the length of the study's own rows (default None: not checked); `processes`
+        and `knobs` (the study's, for decision rows): as `load_sources`' (defaults 1 and
+        None).
 
         Raises:
             TensortuneError: Where `study` records no target, or a source is of another
@@ -109,7 +124,7 @@ class WarmStart:
             check_sources(self.studies, target, study.study_name)
             self._read_from = _signature(self.studies)
             self._rows = load_sources(
-                self.studies, feature_set, length, processes, self._extractors
+                self.studies, feature_set, length, processes, self._extractors, knobs
             )
         return self._rows
 
