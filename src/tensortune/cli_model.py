@@ -45,7 +45,8 @@ def add_model_commands(sub: Any) -> None:
         choices=SOURCE_WEIGHTINGS,
         default=None,
         help="with --warm-start-tasks: how the other tasks' studies weigh next to a task's own "
-        f"trials, as for tune --source-weighting (default {SOURCE_WEIGHTINGS[0]})",
+        f"trials, as for tune --source-weighting (default {SOURCE_WEIGHTINGS[0]}; decay with "
+        "--warm-sources twins)",
     )
     tune.add_argument(
         "--warm-sources",

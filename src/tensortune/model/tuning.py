@@ -167,7 +167,10 @@ def tune_model(
             False: each task learns from its own trials alone.
         source_weighting: How those sources weigh against a task's own trials, one of
             `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
-            with `warm_start` only. Default None: ``"evidence"``.
+            with `warm_start` only. Default None: ``"evidence"``, and ``"decay"`` with
+            ``warm_sources="twins"``: a twin has the task's own decisions, and judged on its
+            first 8 trials it ranked the task's no better than chance, so the task dropped it
+            for good, for 3 of ResNet-18's 8 twin tasks (one seed, ``studies/README.md``).
         share_bests: Before each batch of a task, hand it the best config of each other task
             with the same design space (the same convolution with another epilogue, say) that
             it has not tried, as a trial of that batch (`tensortune.model.sharing`); each
@@ -220,7 +223,8 @@ def tune_model(
         with Measurer(tuning.templates[0], tuning.target, settings) as measurer:
             _tune_batches(
                 tuning, total_trials, storage, sampler, seed, batch_size, say, measurer,
-                (warm_sources or WARM_SOURCES[0]) if warm_start else None, source_weighting,
+                (warm_sources or WARM_SOURCES[0]) if warm_start else None,
+                source_weighting or ("decay" if warm_sources == "twins" else None),
                 share_bests,
             )  # fmt: skip
     _fail_stale(tuning)
