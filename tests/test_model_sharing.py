@@ -1,5 +1,6 @@
-"""Tasks of one design space share their best configs (`tensortune.model.sharing`): the pure
-picks, then a model whose two convolutions differ only in their epilogue, tuned for real."""
+"""Tasks of one design space share their best configs (`tensortune.model.sharing`) or their
+trials (``warm_sources="twins"``): the pure picks, then a model whose two convolutions differ
+only in their epilogue, tuned for real."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from tensortune.model.sharing import same_space_twins, untried_bests
 from tensortune.templates.knobs import ChoiceKnob
+from tensortune.trial_records import PROPOSAL_ATTR
 
 
 def test_twins_are_tasks_with_equal_knobs_in_order():
@@ -97,3 +99,26 @@ def test_twin_tasks_run_each_others_best_and_the_model_still_matches(tmp_path):
     # becomes the taker's best too is not handed back).
     assert shared >= 1
     assert sum(len(s.trials) for s in studies) == 24  # shared trials count in the budget
+
+    # Warm-started from their twins instead: each task's model learns from the other's trials
+    # once it has some, in the decision features of a cold study (nothing lowered).
+    twins_storage = f"sqlite:///{tmp_path / 'twins.db'}"
+    code = main(["tune-model", onnx_file, "--input", "x:1x8x8x8", "--trials", "32",
+                 "--storage", twins_storage, "--no-channels-last", "--warm-start-tasks",
+                 "--warm-sources", "twins", "-o", str(tmp_path / "twins-out")])  # fmt: skip
+    assert code == 0
+    tuning = model_tuning(program, "llvm", twins_storage, channels_last=False)
+    studies = [s for s in tuning.studies if s is not None]
+    # The task tuned second has its twin's trials from its first batch on; the first has them
+    # once the scheduler gives it a second batch.
+    assert "transfer_sources" in studies[1].user_attrs
+    for study, twin in ((studies[0], studies[1]), (studies[1], studies[0])):
+        if "transfer_sources" not in study.user_attrs:
+            continue
+        assert study.user_attrs["transfer_sources"] == [twin.study_name]
+        proposals = [t.system_attrs[PROPOSAL_ATTR] for t in study.trials]
+        weighed = [p["source_weights"] for p in proposals if "source_weights" in p]
+        # The decay alone, from 1 with nothing measured of its own: never dropped.
+        assert weighed and all(0 < w[f"{twin.study_name.split('@')[0]} in metaschedule"] <= 1
+                               for w in weighed)  # fmt: skip
+    assert sum(len(s.trials) for s in studies) == 32
