@@ -417,3 +417,33 @@ def test_cli_transfer_from_auto(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "auto finds the studies itself" in err, err
     assert math.isfinite(study.best_value)
+
+
+def test_a_dropped_source_is_judged_again_once_it_has_grown(tmp_path):
+    """A model run's sources grow while a task is tuned: one dropped on its first trials (here
+    reversed) comes back once it holds twice the trials it held then, and is judged again; one
+    that has not grown enough stays dropped."""
+    db = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
+    source = _source_study(db, "growing", (96, 64, 80), sign=-1.0)
+    template = CpuTemplate(workload(64, 64, 64))
+    create_study(db, "target", template.workload, LLVM, None, None)
+    sampler = CostModelSampler(template, source_studies=[source], seed=0)
+    study = optuna.load_study(study_name="target", storage=db, sampler=sampler)
+    objective = lambda trial: _synthetic(template.suggest(trial))  # noqa: E731
+    study.optimize(objective, n_trials=24)
+    assert sampler.warm.dropped and sampler.warm.drops == 1
+    n_dropped = len(study.trials)
+    _add_configs(source, CpuTemplate(workload(96, 64, 80)), 40, 1.0, seed=1)
+    sampler.source_studies = [optuna.load_study(study_name="growing", storage=db)]
+    assert sampler.warm.dropped, "88 trials are not twice the 48 held when dropped"
+    _add_configs(source, CpuTemplate(workload(96, 64, 80)), 104, 1.0, seed=2)
+    sampler.source_studies = [optuna.load_study(study_name="growing", storage=db)]
+    assert not sampler.warm.dropped
+    study.optimize(objective, n_trials=16)
+    rounds = [
+        t.system_attrs[PROPOSAL_ATTR].get("source_weights")
+        for t in study.trials[n_dropped:]
+        if t.system_attrs[PROPOSAL_ATTR]["source"] != "startup"
+    ]
+    # Mostly honest now, the grown source ranks the study's configs and weighs again.
+    assert any(w and max(w.values()) > 0 for w in rounds), rounds

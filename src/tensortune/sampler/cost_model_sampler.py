@@ -352,8 +352,10 @@ class CostModelSampler(BaseSampler):
 
     @source_studies.setter
     def source_studies(self, studies: list[optuna.Study]) -> None:
-        # Other sources, or the same ones grown, are read again at the next model round.
-        self.warm.use(studies)
+        # Other sources, or the same ones grown, are read again at the next model round;
+        # dropped ones that have grown enough are judged again, from a warm start-over.
+        if self.warm.use(studies) and self._extractor is not None:
+            self._reset(self._extractor.template)
 
     @property
     def last_source_weights(self) -> dict[str, float]:
@@ -485,7 +487,7 @@ class CostModelSampler(BaseSampler):
         self._model_start_weight = float("nan")
         self._twin = None
         self.warm.reset(drop=drop_sources)
-        if drop_sources:
+        if drop_sources and self.warm.drops == 1:
             # Go on as the cold study of this seed would, from its random state at the start.
             # The configs the sources chose stay in the data: they are the target's own
             # measurements, whoever picked them.

@@ -4,7 +4,8 @@
 holds their state for one study: which studies (``"auto"`` until found), their rows and judges
 (read and fitted again only when the sources change, lowering only configs not lowered before),
 the last round's weights, and whether the study dropped them because none ranked its own
-configs better than chance.
+configs better than chance. Sources that grow (a model run's other tasks, tuned beside the
+study) get a new hearing once they hold twice the trials they held when dropped.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
     from tensortune.workloads import Workload
 
 
+#: How many times the completed trials they held when dropped the sources must hold to be
+#: judged again (`WarmStart.use`).
+READMIT_GROWTH = 2
+
+
 class WarmStart:
     """The sources of one study.
 
@@ -53,10 +59,14 @@ class WarmStart:
         self.weights: dict[str, float] = {}
         #: True once every source weighed nothing and the study went on cold.
         self.dropped = False
+        #: How many times the study dropped its sources (they may come back, see `use`).
+        self.drops = 0
         self._rows: SourceRows | None = None
         self._judges: list[CostModel | None] | None = None
         # What the rows were read from (`_signature`), and the extractors that lowered them.
         self._read_from: tuple[tuple[str, int], ...] = ()
+        # The sources' trials when they were last dropped: they come back at twice as many.
+        self._dropped_at = 0
         self._extractors: dict[tuple[str, str, str], FeatureExtractor] = {}
 
     @property
@@ -64,14 +74,23 @@ class WarmStart:
         """The sources' rows once `load` read them; None before, without sources, or dropped."""
         return self._rows
 
-    def use(self, studies: Sequence[optuna.Study]) -> None:
+    def use(self, studies: Sequence[optuna.Study]) -> bool:
         """Learn from `studies` from now on. Where they are not the studies the rows were read
         from, or have completed trials since, the next `load` reads the rows again and the
-        judges are fitted again; configs lowered before are not lowered again."""
+        judges are fitted again; configs lowered before are not lowered again.
+
+        Returns:
+            Whether dropped sources come back: the study dropped them, and `studies` hold at
+            least `READMIT_GROWTH` times the completed trials they held then (a source judged
+            on its first 8 trials is judged again at 16, 32, ...). The caller starts over
+            with them (`reset`).
+        """
         self.studies = list(studies)
         if self._rows is not None and _signature(self.studies) != self._read_from:
             self._rows = None
             self._judges = None
+        grown = sum(n for _, n in _signature(self.studies))
+        return self.dropped and grown >= READMIT_GROWTH * max(self._dropped_at, 1)
 
     def resolve(self, study: optuna.Study, workload: Workload) -> None:
         """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
@@ -165,9 +184,12 @@ class WarmStart:
 
     def reset(self, drop: bool = False) -> None:
         """Forget the rows and judges (a new template: they are read again); with `drop`, go
-        on without sources, their weights shown at zero."""
+        on without sources, their weights shown at zero; without, take dropped ones back."""
         self._rows = None
         self._judges = None
+        if drop and isinstance(self.studies, list):
+            self.drops += 1
+            self._dropped_at = sum(n for _, n in _signature(self.studies))
         self.dropped = drop
         self.weights = {k: 0.0 for k in self.weights if drop}
 
