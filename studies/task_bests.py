@@ -34,7 +34,8 @@ from model_tuning import studies_up_to
 from results_io import write_csv
 
 from tensortune.model.database import best_config
-from tensortune.model.tuning import model_tuning
+from tensortune.model.tuning import load_task_study
+from tensortune.storage import open_storage
 from tensortune.target import make_target
 
 #: Rounds of the side-by-side timing; each reading is `alone_seconds`'s median.
@@ -142,7 +143,7 @@ def other_best(
     """For the task at an index of `tuning`, the other side's best kernel, compiled, the
     seconds its run recorded for it and its measured trials of the task (None where it has
     none): MetaSchedule's (``--metaschedule``, that folder's database) or another arm's
-    (``--versus``, read for the same model and layout, cut back to ``--budget``)."""
+    (``--versus``, its studies of the same task names, cut back to ``--budget``)."""
     if args.metaschedule is not None:
         from tvm.s_tir import meta_schedule as ms
 
@@ -150,14 +151,16 @@ def other_best(
         return lambda i: metaschedule_best(
             tuning.tasks[i].workload().prim_func(), database, tuning.target
         )
-    versus = model_tuning(program, tuning.target, args.versus, channels_last=args.channels_last)
-    studies = cut(versus.studies, args.budget)
+    # The same model and layout give the same tasks, so the same study names: no second
+    # extraction of the model's tasks.
+    storage = open_storage(args.versus, must_exist=True)
+    studies = cut([load_task_study(storage, name) for name in tuning.study_names], args.budget)
 
     def arm_best(i: int) -> tuple[Any, float, int] | None:
-        found = best_config(studies[i])
+        found = best_config(studies[i]) if studies[i] is not None else None
         if found is None:
             return None
-        kernel = built_kernel(versus.tasks[i], found[0], tuning.target)[0]
+        kernel = built_kernel(tuning.tasks[i], found[0], tuning.target)[0]
         return kernel, found[1], measured(studies[i])
 
     return arm_best

@@ -169,8 +169,9 @@ def tune_model(
             `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
             with `warm_start` only. Default None: ``"evidence"``, and ``"decay"`` with
             ``warm_sources="twins"``: a twin has the task's own decisions, and judged on its
-            first 8 trials it ranked the task's no better than chance, so the task dropped it
-            for good, for 3 of ResNet-18's 8 twin tasks (one seed, ``studies/README.md``).
+            first 8 trials it ranked the task's no better than chance, so the task dropped it,
+            for 3 of ResNet-18's 8 twin tasks (one seed, ``studies/README.md``; then for good:
+            a dropped source now comes back when it has grown, `WarmStart.use`).
         share_bests: Before each batch of a task, hand it the best config of each other task
             with the same design space (the same convolution with another epilogue, say) that
             it has not tried, as a trial of that batch (`tensortune.model.sharing`); each
@@ -412,13 +413,15 @@ def model_tuning(
     names = [default_study_name(t.workload(), spec, "metaschedule") for t in tasks]
     templates = [MetaScheduleTemplate(t.workload(), spec) for t in tasks]
     studies = [
-        _load(db, name) if template.knobs else None
+        load_task_study(db, name) if template.knobs else None
         for name, template in zip(names, templates, strict=True)
     ]
     return ModelTuning(program, spec, tasks, studies, names, templates, rewrites)
 
 
-def _load(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+def load_task_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    """The study `name` in `storage` (a task's, `ModelTuning.study_names`); None where there
+    is none yet."""
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
