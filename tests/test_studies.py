@@ -750,7 +750,25 @@ def test_round_ratios_compares_two_builds_round_by_round(tmp_path):
         [sys.executable, script, str(path), "warm@1000/eager"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and bad.stdout == ""
-    assert "pairs are A/B of systems in the file: ms@1000 warm@1000" in bad.stderr.splitlines()[-1]
+    assert f"pairs are A/B of systems in {path}: ms@1000 warm@1000" in bad.stderr.splitlines()[-1]
+    # A second seed's run, the two builds level in every round: pooled, each run counts once,
+    # geometric mean 2 ** (1 / 8), ahead in 2 of the 7 rounds.
+    level = tmp_path / "level.csv"
+    level.write_text("system,round,seconds\n" + "".join(
+        f"{system},{i},1.0\n" for system in readings for i in range(3)
+    ))  # fmt: skip
+    pooled = subprocess.run(
+        [sys.executable, script, str(path), "warm@1000/ms@1000", "--pool-with", str(level)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert "| 1.00 [1.00, 1.00] | 0 of 3 |" in pooled
+    assert f"| warm@1000 | ms@1000 | {2**0.125:.2f} [" in pooled
+    assert "| 2 of 7 | pooled over 2 runs |" in pooled
+    missing = subprocess.run(
+        [sys.executable, script, str(path), "warm@1000/ms@1000", "--pool-with", "nowhere.csv"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "nowhere.csv: not a readings file" in missing.stderr
 
 
 def test_a_smaller_budget_is_built_from_the_trials_up_to_it():
