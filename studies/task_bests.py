@@ -82,9 +82,9 @@ def main() -> None:
         parser.error(f"--metaschedule {args.metaschedule}: no such folder")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    program, _, tuning = run_studies(args)
+    _, _, tuning = run_studies(args)
     studies = cut(tuning.studies, args.budget)
-    peer = other_best(args, program, tuning)
+    peer = other_best(args, tuning)
     pairs = []
     for index, (task, study) in enumerate(zip(tuning.tasks, studies, strict=True)):
         found = best_config(study)
@@ -138,7 +138,7 @@ def measured(study: Any) -> int:
 
 
 def other_best(
-    args: argparse.Namespace, program: Any, tuning: Any
+    args: argparse.Namespace, tuning: Any
 ) -> Callable[[int], tuple[Any, float, int] | None]:
     """For the task at an index of `tuning`, the other side's best kernel, compiled, the
     seconds its run recorded for it and its measured trials of the task (None where it has

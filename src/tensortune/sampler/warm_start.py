@@ -89,8 +89,10 @@ class WarmStart:
         if self._rows is not None and _signature(self.studies) != self._read_from:
             self._rows = None
             self._judges = None
+        if not self.dropped:
+            return False
         grown = sum(n for _, n in _signature(self.studies))
-        return self.dropped and grown >= READMIT_GROWTH * max(self._dropped_at, 1)
+        return grown >= READMIT_GROWTH * max(self._dropped_at, 1)
 
     def resolve(self, study: optuna.Study, workload: Workload) -> None:
         """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
