@@ -91,8 +91,7 @@ class WarmStart:
             self._judges = None
         if not self.dropped:
             return False
-        grown = sum(n for _, n in _signature(self.studies))
-        return grown >= READMIT_GROWTH * max(self._dropped_at, 1)
+        return _completed(self.studies) >= READMIT_GROWTH * max(self._dropped_at, 1)
 
     def resolve(self, study: optuna.Study, workload: Workload) -> None:
         """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
@@ -191,7 +190,7 @@ class WarmStart:
         self._judges = None
         if drop and isinstance(self.studies, list):
             self.drops += 1
-            self._dropped_at = sum(n for _, n in _signature(self.studies))
+            self._dropped_at = _completed(self.studies)
         self.dropped = drop
         self.weights = {k: 0.0 for k in self.weights if drop}
 
@@ -200,3 +199,8 @@ def _signature(studies: Sequence[optuna.Study]) -> tuple[tuple[str, int], ...]:
     """Each study's name and completed trials: what the rows read from `studies` depend on."""
     states = (TrialState.COMPLETE,)
     return tuple((s.study_name, len(s.get_trials(deepcopy=False, states=states))) for s in studies)
+
+
+def _completed(studies: Sequence[optuna.Study]) -> int:
+    """The completed trials of `studies` in all (`_signature`'s counts summed)."""
+    return sum(n for _, n in _signature(studies))
