@@ -157,7 +157,7 @@ def other_best(
     studies = cut([load_task_study(storage, name) for name in tuning.study_names], args.budget)
 
     def arm_best(i: int) -> tuple[Any, float, int] | None:
-        found = best_config(studies[i]) if studies[i] is not None else None
+        found = best_config(studies[i])  # None for a task the arm has no study of
         if found is None:
             return None
         kernel = built_kernel(tuning.tasks[i], found[0], tuning.target)[0]
