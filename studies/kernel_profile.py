@@ -8,6 +8,7 @@ memory. What the calls leave of the end-to-end time is the VM's own work between
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import defaultdict
 from typing import Any
@@ -16,6 +17,13 @@ import numpy as np
 
 #: Model runs timed with the instrument, after one warm-up run without it.
 RUNS = 20
+#: Turns of `kernel_times_in_turns`: one profile per build and turn, the order reversed every
+#: other turn. One profile each, taken one after the other, read two BERT builds 1.3x apart
+#: where a timing in rounds had read them level; six turns beside six timed rounds read the
+#: same two builds alike both ways (1.09x and 1.17x).
+TURNS = 5
+#: Seconds between two profiles, for the thread pool of the one before to go quiet.
+PAUSE_S = 0.5
 
 
 def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) -> dict[str, Any]:
@@ -58,6 +66,50 @@ def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) ->
         name: {"calls": calls[name] // runs, "seconds": spent[name] / runs} for name in spent
     }
     return {"functions": functions, "run_seconds": total / runs}
+
+
+def kernel_times_in_turns(
+    executables: dict[str, Any], inputs: list[np.ndarray], turns: int = TURNS, runs: int = RUNS
+) -> dict[str, dict[str, Any]]:
+    """`kernel_times` of several builds, taken in turns (each build once a turn, the order
+    reversed every other turn, a pause of `PAUSE_S` before each), and per build the median over
+    the turns of each function's seconds and of the run's: on a machine whose speed drifts,
+    builds profiled one after the other differ by when they ran.
+
+    Args:
+        executables: Built Relax models of one model by name (``relax.build`` /
+            ``compile_relax``).
+        inputs: Their inputs, as NumPy arrays.
+        turns: Profiles per build. Default `TURNS`.
+        runs: Runs averaged over in each profile. Default `RUNS`.
+
+    Returns:
+        Per name, what `kernel_times` returns, each figure the median over the turns.
+    """
+    taken: dict[str, list[dict[str, Any]]] = {name: [] for name in executables}
+    order = list(executables)
+    for turn in range(turns):
+        for name in order if turn % 2 == 0 else order[::-1]:
+            time.sleep(PAUSE_S)
+            taken[name].append(kernel_times(executables[name], inputs, runs))
+    return {name: _median_profile(profiles) for name, profiles in taken.items()}
+
+
+def _median_profile(profiles: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per function, the median of its seconds over `profiles` (a function one profile lacks
+    counts 0 there), and the median run."""
+    names = {name for profile in profiles for name in profile["functions"]}
+    functions = {}
+    for name in names:
+        found = [p["functions"].get(name, {"calls": 0, "seconds": 0.0}) for p in profiles]
+        functions[name] = {
+            "calls": max(f["calls"] for f in found),
+            "seconds": statistics.median(f["seconds"] for f in found),
+        }
+    return {
+        "functions": functions,
+        "run_seconds": statistics.median(p["run_seconds"] for p in profiles),
+    }
 
 
 def repeat_times(

@@ -48,7 +48,7 @@ import model_zoo
 import numpy as np
 import optuna
 import torch
-from kernel_profile import kernel_times, where_time_goes
+from kernel_profile import kernel_times_in_turns, where_time_goes
 from metaschedule_peer import fast_build
 from results_io import write_csv
 
@@ -572,8 +572,8 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
 
 
 def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """`kernel_profile.kernel_times` of our `profiled_arm`'s build and MetaSchedule's of the
-    same tasks at the largest budget, built again from what the tuning left in ``--work``
+    """`kernel_profile.kernel_times_in_turns` of our `profiled_arm`'s build and MetaSchedule's
+    of the same tasks at the largest budget, built again from what the tuning left in ``--work``
     (tuning nothing), kept in ``<model>-kernels-<budget>.json`` (the plain arm, as before the
     channels-last arm was profiled) or ``<model>-kernels-<arm>-<budget>.json``."""
     variants = arms(name, args)
@@ -601,7 +601,7 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
         builds[f"metaschedule{layout}@{budgets[-1]}"] = metaschedule_build(
             program, target, work_dir, budgets[-1], arm.rewrites
         )
-    profiles = {system: kernel_times(built, inputs) for system, built in builds.items()}
+    profiles: dict[str, Any] = kernel_times_in_turns(builds, inputs)
     profiles["tasks"] = [task.name for task in tuning.tasks]
     with open(path, "w") as f:
         json.dump(profiles, f)
@@ -671,8 +671,8 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
         for system in systems:
             lines += _goal_lines(model, system, system.replace("tensortune", "metaschedule"), mine)
     if split:
-        lines += ["", "Where a run's time goes (ms; instrumented runs, so a little slower than "
-                  "the latencies above):", "",
+        lines += ["", "Where a run's time goes (ms; instrumented runs, each figure the median "
+                  "of the builds' profiles taken in turns):", "",
                   "| model | system | trials | run | tuned kernels | other calls | VM between "
                   "calls |", "|---|---|---|---|---|---|---|"]  # fmt: skip
         lines += [f"| {r['model']} | {r['system']} | {r['budget']} | {r['run_s']} | "

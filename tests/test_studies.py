@@ -1205,3 +1205,28 @@ def test_source_weights_report_reads_each_round_and_the_drop(tmp_path, monkeypat
         report.main()
     assert stopped.value.code == 2 and "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists()
+
+
+def test_builds_are_profiled_in_turns_and_read_by_their_medians(monkeypatch):
+    """Each build is profiled once a turn, the order reversed every other turn, and each
+    function's seconds (0 in a turn that lacks it) and the run's are the medians of the turns."""
+    profile = studies_module("kernel_profile")
+    order: list[str] = []
+    seconds = {"a": iter([1.0, 5.0, 2.0]), "b": iter([3.0, 3.0, 9.0])}
+
+    def fake_kernel_times(executable, inputs, runs):
+        order.append(executable)
+        s = next(seconds[executable])
+        functions = {"k": {"calls": 2, "seconds": s}}
+        if s == 9.0:
+            functions["extra"] = {"calls": 1, "seconds": 1.0}
+        return {"functions": functions, "run_seconds": 10 * s}
+
+    monkeypatch.setattr(profile, "kernel_times", fake_kernel_times)
+    monkeypatch.setattr(profile, "PAUSE_S", 0.0)
+    found = profile.kernel_times_in_turns({"a": "a", "b": "b"}, [], turns=3, runs=1)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert found["a"] == {"functions": {"k": {"calls": 2, "seconds": 2.0}}, "run_seconds": 20.0}
+    assert found["b"]["functions"]["k"]["seconds"] == 3.0
+    assert found["b"]["functions"]["extra"] == {"calls": 1, "seconds": 0.0}
+    assert found["b"]["run_seconds"] == 30.0
