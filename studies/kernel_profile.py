@@ -22,7 +22,10 @@ RUNS = 20
 #: where a timing in rounds had read them level; six turns beside six timed rounds read the
 #: same two builds alike both ways (1.09x and 1.17x).
 TURNS = 5
-#: Seconds between two profiles, for the thread pool of the one before to go quiet.
+#: Seconds between two readings (profiles here, timings in `model_tuning.round_robin`): the
+#: thread pools of the system read before (OpenMP's, ONNX Runtime's, TVM's) spin a while after
+#: their last call, and took cores from the next one (ONNX Runtime once read 33.4 ms on a BERT
+#: layer where it reads 13.7).
 PAUSE_S = 0.5
 
 

@@ -48,7 +48,7 @@ import model_zoo
 import numpy as np
 import optuna
 import torch
-from kernel_profile import kernel_times_in_turns, where_time_goes
+from kernel_profile import PAUSE_S, kernel_times_in_turns, where_time_goes
 from metaschedule_peer import fast_build
 from results_io import write_csv
 
@@ -64,10 +64,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUDGETS = (500, 1000, 2000)
 #: Rounds of the final round-robin timing; each reading is the mean of runs of >= 50 ms.
 ROUNDS = 5
-#: Seconds between two readings: the thread pools of the system read before (OpenMP's, ONNX
-#: Runtime's, TVM's) spin a while after their last call, and took cores from the next one (ONNX
-#: Runtime once read 33.4 ms on a BERT layer where it reads 13.7).
-PAUSE_S = 0.5
 
 
 def timer(call: Callable[[], Any]) -> Callable[[], float]:
