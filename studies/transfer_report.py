@@ -2,7 +2,8 @@
 (``transfer.csv``, one row per pair, mode and seed; ``transfer_curves.csv``, the best so far
 per trial): medians found while tuning, medians of the re-timed winners, the pooled ratio of
 each warm mode to the cold study of the same seed with its bootstrap interval, trials to 90 %
-of the best known kernel, issue 20's goals, and wall time (`transfer_wall`).
+of the best known kernel, issue 20's goals, how close the re-timed winners came to the best
+known (`transfer_reach`), and wall time (`transfer_wall`).
 
     python studies/transfer_report.py --out studies/results/transfer
 
@@ -34,6 +35,7 @@ from efficiency_goals import (
     shown_count,
 )
 from results_io import draw_band, pyplot, read_csv, write_csv
+from transfer_reach import reach_table
 from transfer_wall import wall_table
 
 #: Checkpoints the goals ask for (those within the studies' trials are reported).
@@ -56,6 +58,8 @@ def report(out: str, trials: int, versus: tuple[str, ...] = ()) -> None:
     if curves and rows[0].get("kind"):
         known = trials_to_known(rows, by_study, trials)
         sections += [known_table(rows, known, trials), goals_table(rows, known, trials)]
+        if any(r.get(f"retimed@{trials}") for r in rows):
+            sections.append(reach_table(rows, [n for n in CHECKPOINTS if n <= trials]))
     if any(c.get("elapsed_s") for c in curves) and any(r["mode"] == "cold" for r in rows):
         sections.append(wall_table(_groups(rows), by_study))
     text = "\n\n".join(sections) + "\n"

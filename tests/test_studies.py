@@ -878,6 +878,9 @@ def test_transfer_report_pools_retimed_ratios_and_judges_the_goals(tmp_path):
                              "15 < 30; 128 trials not run |")  # fmt: skip
     assert "| not met | 2.00x: median 29 warm against 58 cold (2 studies) |" in goals[1]
     assert "across operators (xgb) | not measured here |" in goals[2]
+    # Re-timed, the best known is cold's 30 at 64 trials: each winner as a share of it.
+    assert "| xgb | shapes | cold | 2 | 33 % (0/2) | 67 % (0/2) | 100 % (2/2) |" in text
+    assert "| xgb | shapes | warm | 2 | 67 % (0/2) | 67 % (0/2) | 50 % (0/2) |" in text
 
 
 def test_transfer_report_divides_by_a_warm_mode_and_refuses_one_it_lacks(tmp_path):
