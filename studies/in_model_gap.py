@@ -12,6 +12,12 @@ kernels left, one it keeps is the model's buffers or the kernel's place in the r
         --out studies/results/in-model-gap/threads-1.csv
     TVM_NUM_THREADS=2 python studies/in_model_gap.py ... --out .../threads-2.csv
 
+With ``--prepack-weights`` the storage's studies are those of the packed arm
+(``model_tuning.py --prepack-weights``, its ``<model>-prepacked.db``): a kernel that packs its
+weight is timed alone as the model calls it, on the weight packed once by its own ``prepack``
+function (`tensortune.templates.weight_packing`), and found in the model under the name TVM's
+``SplitLayoutRewritePreproc`` gives it (`IN_MODEL_SUFFIX`).
+
 The storage holds a finished `model_tuning.py` run's task studies (its ``<model>.db``); nothing
 is tuned. Writes one row per task: weight, µs as its best trial recorded them, µs alone now
 (all its calls of a run), the same with the caches flushed before each call, µs in the model,
@@ -36,25 +42,41 @@ from tensortune.model.database import best_config, write_database
 from tensortune.model.tuning import ModelTuning, model_tuning
 from tensortune.target import make_target, target_spec
 from tensortune.templates.metaschedule import MetaScheduleTemplate
+from tensortune.templates.weight_packing import (
+    pack_arguments,
+    packs_weights,
+    split_weight_packing,
+)
 
 #: Warm timing: as tuning times a kernel (repeats of many calls back to back).
 TUNING = MeasureSettings()
 #: Flushed timing: single calls, each after a flush, so more of them for a steady median.
 FLUSHED_CALLS = 50
+#: What TVM's ``SplitLayoutRewritePreproc`` appends to the name of a task's function in a
+#: model built with packed weights: the kernel that takes them packed.
+IN_MODEL_SUFFIX = "_prepacked"
 
 
 def built_kernel(task: object, config: dict, target: dict, seed: int = 0) -> tuple:
-    """`task`'s kernel for `config`, compiled, and its arguments: random inputs, zero outputs."""
+    """`task`'s kernel for `config`, compiled, and its arguments: random inputs, zero outputs.
+    A kernel that packs a weight (a task of a model tuned with packed weights) is split as the
+    model's build splits it: the module's ``main`` takes the weight packed, and its argument
+    here is the packed copy, made once."""
     import tvm
 
     workload = task.workload()  # type: ignore[attr-defined]
     rng = np.random.default_rng(seed)
+    specs = workload.argument_specs()
     arrays = [
         tvm.runtime.tensor(rng.uniform(-1, 1, s).astype(d) if inp else np.zeros(s, d))
-        for s, d, inp in workload.argument_specs()
+        for s, d, inp in specs
     ]
-    schedule = MetaScheduleTemplate(workload, target).apply(config)
-    return tvm.compile(schedule.mod, target=make_target(target)).jit(), arrays
+    mod = MetaScheduleTemplate(workload, target).apply(config).mod
+    if not packs_weights(mod):
+        return tvm.compile(mod, target=make_target(target)).jit(), arrays
+    mod, packed = split_weight_packing(mod, [inp for _, _, inp in specs])
+    module = tvm.compile(mod, target=make_target(target)).jit()
+    return module, pack_arguments(module, arrays, packed, tvm.cpu())
 
 
 def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
@@ -77,15 +99,23 @@ def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
     return float(timer(*arrays).median)
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, packed: bool = False) -> None:
     """``--model``, ``--storage`` (required), ``--channels-last`` and ``--out`` (required):
-    which finished `model_tuning.py` run's studies to read, and the CSV to write."""
+    which finished `model_tuning.py` run's studies to read, and the CSV to write; with
+    `packed` (default False) also ``--prepack-weights``, for a script that times each kernel
+    on its own packed arguments (elsewhere the studies are never the packed arm's)."""
     parser.add_argument("--model", default="resnet18", choices=model_zoo.MODELS)
     parser.add_argument("--storage", required=True, help="the run's task studies (Optuna URL)")
     parser.add_argument("--out", required=True, help="the CSV to write")
     parser.add_argument("--channels-last", action="store_true",
                         help="the studies are of channels-last tasks (model_tuning.py's "
                         "--channels-last arm; default: NCHW, its plain arm)")  # fmt: skip
+    if packed:
+        parser.add_argument("--prepack-weights", action="store_true",
+                            help="the studies are of tasks with packed weights (model_tuning.py's "
+                            "--prepack-weights arm, its <model>-prepacked.db)")  # fmt: skip
+    else:
+        parser.set_defaults(prepack_weights=False)
 
 
 def run_studies(args: argparse.Namespace) -> tuple[Any, list, ModelTuning]:
@@ -94,13 +124,21 @@ def run_studies(args: argparse.Namespace) -> tuple[Any, list, ModelTuning]:
     net, example = model_zoo.model(args.model)
     program = from_torch(net, example, name=args.model)
     tuning = model_tuning(program, target_spec("llvm"), args.storage,
-                          channels_last=args.channels_last)  # fmt: skip
+                          channels_last=args.channels_last,
+                          prepack_weights=args.prepack_weights)  # fmt: skip
     return program, example, tuning
+
+
+def in_model_name(task: str, functions: dict[str, Any]) -> str:
+    """The name under which the model calls `task`'s function, among the `functions` of its
+    profile: its own, or with `IN_MODEL_SUFFIX` where its weights are packed."""
+    packed = task + IN_MODEL_SUFFIX
+    return packed if task not in functions and packed in functions else task
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    add_run_arguments(parser)
+    add_run_arguments(parser, packed=True)
     args = parser.parse_args()
     program, example, tuning = run_studies(args)
     target = target_spec("llvm")
@@ -109,11 +147,12 @@ def main() -> None:
     built = build(program, target, database, tuning.rewrites)
     inputs = [t.numpy() for t in example]
     in_model = kernel_times(built, inputs)
-    again = repeat_times(built, inputs, {task.name for task in tuning.tasks})
+    names = {t.name: in_model_name(t.name, in_model["functions"]) for t in tuning.tasks}
+    again = repeat_times(built, inputs, set(names.values()))
     rows = []
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         found = best_config(study)
-        measured = in_model["functions"].get(task.name)
+        measured = in_model["functions"].get(names[task.name])
         if found is None or measured is None:
             continue
         module, arrays = built_kernel(task, found[0], tuning.target)
@@ -125,9 +164,9 @@ def main() -> None:
             "alone_us": round(alone * 1e6, 1),
             "flushed_us": round(flushed * 1e6, 1),
             "in_model_us": round(measured["seconds"] * 1e6, 1),
-            "again_us": round(again[task.name] * 1e6, 1),
+            "again_us": round(again[names[task.name]] * 1e6, 1),
             "ratio": round(measured["seconds"] / alone, 3),
-            "again_ratio": round(again[task.name] / alone, 3),
+            "again_ratio": round(again[names[task.name]] / alone, 3),
         })  # fmt: skip
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_csv(args.out, rows)

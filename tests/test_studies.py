@@ -689,6 +689,20 @@ def test_model_tuning_quick(tmp_path):
         and float(r["again_us"]) > 0 and float(r["again_ratio"]) > 0
         for r in found
     )  # fmt: skip
+    # The same for the packed arm's studies: kernels that pack their weights are timed alone
+    # on weights packed once, and found in the model under the split's name.
+    packed_gap = tmp_path / "packed-gap.csv"
+    subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "in_model_gap.py"), "--model", "tiny-cnn",
+         "--storage", f"sqlite:///{work / 'tiny-cnn-prepacked.db'}", "--prepack-weights",
+         "--out", str(packed_gap)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with open(packed_gap) as f:
+        packed_rows = list(csv.DictReader(f))
+    # The packed arm's tasks are other functions (named apart by TVM): as many, all found.
+    assert len(packed_rows) == len(found)
+    assert all(float(r["alone_us"]) > 0 and float(r["ratio"]) > 0 for r in packed_rows)
     # task_bests.py --versus: each task's best of one arm against another's, timed side by
     # side (here the same studies on both sides: the same kernels, so the same sums).
     versus = tmp_path / "versus.csv"
@@ -1233,3 +1247,14 @@ def test_builds_are_profiled_in_turns_and_read_by_their_medians(monkeypatch):
     assert found["b"]["functions"]["k"]["seconds"] == 3.0
     assert found["b"]["functions"]["extra"] == {"calls": 1, "seconds": 0.0}
     assert found["b"]["run_seconds"] == 30.0
+
+
+def test_a_task_is_found_in_the_model_under_its_own_or_its_packed_name():
+    """A task's function is called under its own name, or under the packed split's where TVM
+    split its weight packing off; a task the model does not call keeps its own name."""
+    gap = studies_module("in_model_gap")
+    packed = "dense" + gap.IN_MODEL_SUFFIX
+    assert gap.in_model_name("dense", {packed: {}, "softmax": {}}) == packed
+    assert gap.in_model_name("softmax", {packed: {}, "softmax": {}}) == "softmax"
+    assert gap.in_model_name("dense", {"dense": {}, packed: {}}) == "dense"
+    assert gap.in_model_name("conv", {"softmax": {}}) == "conv"
