@@ -1258,3 +1258,23 @@ def test_a_task_is_found_in_the_model_under_its_own_or_its_packed_name():
     assert gap.in_model_name("softmax", {packed: {}, "softmax": {}}) == "softmax"
     assert gap.in_model_name("dense", {"dense": {}, packed: {}}) == "dense"
     assert gap.in_model_name("conv", {"softmax": {}}) == "conv"
+
+
+def test_reach_reads_each_winner_against_the_vendor_of_its_run():
+    """Seeds of one pair re-timed in two runs (a vendor 2x faster in the second) compare on the
+    vendor's scale; a pair without vendor readings is read in GFLOP/s."""
+    reach = studies_module("transfer_reach")
+    rows = [
+        {"pair": "p", "kind": "shapes", "mode": "cold", "seed": 0, "retimed@16": 20.0,
+         "retimed_vendor": 40.0},
+        {"pair": "p", "kind": "shapes", "mode": "cold", "seed": 1, "retimed@16": 40.0,
+         "retimed_vendor": 80.0},
+        {"pair": "q", "kind": "shapes", "mode": "warm", "seed": 0, "retimed@16": 30.0,
+         "retimed_vendor": ""},
+        {"pair": "q", "kind": "shapes", "mode": "warm", "seed": 1, "retimed@16": 15.0,
+         "retimed_vendor": 40.0},
+    ]  # fmt: skip
+    assert reach.best_known(rows, [16]) == {"p": 0.5, "q": 30.0}
+    table = reach.reach_table(rows, [16])
+    assert "| xgb | shapes | cold | 2 | 100 % (2/2) |" in table  # 50 % and 100 % in GFLOP/s
+    assert "| xgb | shapes | warm | 2 | 75 % (1/2) |" in table
