@@ -40,13 +40,10 @@ from tensortune.measure import MeasureSettings
 from tensortune.model import build, from_torch
 from tensortune.model.database import best_config, write_database
 from tensortune.model.tuning import ModelTuning, model_tuning
-from tensortune.target import make_target, target_spec
+from tensortune.target import target_spec
+from tensortune.templates.compile import compile_config
 from tensortune.templates.metaschedule import MetaScheduleTemplate
-from tensortune.templates.weight_packing import (
-    pack_arguments,
-    packs_weights,
-    split_weight_packing,
-)
+from tensortune.templates.weight_packing import pack_arguments
 
 #: Warm timing: as tuning times a kernel (repeats of many calls back to back).
 TUNING = MeasureSettings()
@@ -58,24 +55,21 @@ IN_MODEL_SUFFIX = "_prepacked"
 
 
 def built_kernel(task: object, config: dict, target: dict, seed: int = 0) -> tuple:
-    """`task`'s kernel for `config`, compiled, and its arguments: random inputs, zero outputs.
-    A kernel that packs a weight (a task of a model tuned with packed weights) is split as the
-    model's build splits it: the module's ``main`` takes the weight packed, and its argument
-    here is the packed copy, made once."""
+    """`task`'s kernel for `config`, compiled as the tuner compiles it
+    (`tensortune.templates.compile.compile_config`), and its arguments: random inputs, zero
+    outputs. A kernel that packs a weight (a task of a model tuned with packed weights) is split
+    as the model's build splits it: the module's ``main`` takes the weight packed, and its
+    argument here is the packed copy, made once."""
     import tvm
 
     workload = task.workload()  # type: ignore[attr-defined]
     rng = np.random.default_rng(seed)
-    specs = workload.argument_specs()
     arrays = [
         tvm.runtime.tensor(rng.uniform(-1, 1, s).astype(d) if inp else np.zeros(s, d))
-        for s, d, inp in specs
+        for s, d, inp in workload.argument_specs()
     ]
-    mod = MetaScheduleTemplate(workload, target).apply(config).mod
-    if not packs_weights(mod):
-        return tvm.compile(mod, target=make_target(target)).jit(), arrays
-    mod, packed = split_weight_packing(mod, [inp for _, _, inp in specs])
-    module = tvm.compile(mod, target=make_target(target)).jit()
+    _, executable, packed = compile_config(MetaScheduleTemplate(workload, target), config, target)
+    module = executable.jit()
     return module, pack_arguments(module, arrays, packed, tvm.cpu())
 
 
@@ -152,7 +146,8 @@ def main() -> None:
     rows = []
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         found = best_config(study)
-        measured = in_model["functions"].get(names[task.name])
+        name = names[task.name]
+        measured = in_model["functions"].get(name)
         if found is None or measured is None:
             continue
         module, arrays = built_kernel(task, found[0], tuning.target)
@@ -164,9 +159,9 @@ def main() -> None:
             "alone_us": round(alone * 1e6, 1),
             "flushed_us": round(flushed * 1e6, 1),
             "in_model_us": round(measured["seconds"] * 1e6, 1),
-            "again_us": round(again[names[task.name]] * 1e6, 1),
+            "again_us": round(again[name] * 1e6, 1),
             "ratio": round(measured["seconds"] / alone, 3),
-            "again_ratio": round(again[names[task.name]] / alone, 3),
+            "again_ratio": round(again[name] / alone, 3),
         })  # fmt: skip
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_csv(args.out, rows)

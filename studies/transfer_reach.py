@@ -30,23 +30,32 @@ def retimed(row: dict, n: int, per_vendor: bool = True) -> float | None:
     return value / float(row["retimed_vendor"]) if per_vendor else value
 
 
-def per_vendor_pairs(rows: list[dict]) -> set[str]:
-    """The pairs whose every row has a re-timed vendor reading: their winners are read ÷ it.
-    A pair with rows that lack one is read in GFLOP/s, which compares only within one run."""
-    pairs = {r["pair"] for r in rows}
-    return pairs - {r["pair"] for r in rows if not r.get("retimed_vendor")}
+def winners(rows: list[dict], checkpoints: list[int]) -> list[dict[int, float]]:
+    """Per row, its `retimed` winner at each of `checkpoints` it was re-timed at: ÷ the vendor
+    where every row of its pair has a vendor reading, else in GFLOP/s (which compares only
+    within one run)."""
+    unscaled = {r["pair"] for r in rows if not r.get("retimed_vendor")}
+    return [
+        {
+            n: value
+            for n in checkpoints
+            if (value := retimed(r, n, r["pair"] not in unscaled)) is not None
+        }
+        for r in rows
+    ]
 
 
 def best_known(rows: list[dict], checkpoints: list[int]) -> dict[str, float]:
-    """Per pair, the fastest `retimed` winner of any of its studies at any of `checkpoints`
-    (÷ the vendor for the `per_vendor_pairs`); a pair with no re-timed winner is left out."""
-    scaled = per_vendor_pairs(rows)
+    """Per pair, the fastest of its studies' `winners` at any of `checkpoints`; a pair with no
+    re-timed winner is left out."""
+    return _best(rows, winners(rows, checkpoints))
+
+
+def _best(rows: list[dict], values: list[dict[int, float]]) -> dict[str, float]:
     known: dict[str, float] = {}
-    for r in rows:
-        for n in checkpoints:
-            value = retimed(r, n, r["pair"] in scaled)
-            if value is not None:
-                known[r["pair"]] = max(known.get(r["pair"], 0.0), value)
+    for r, found in zip(rows, values, strict=True):
+        if found:
+            known[r["pair"]] = max(known.get(r["pair"], 0.0), *found.values())
     return known
 
 
@@ -54,28 +63,27 @@ def reach_table(rows: list[dict], checkpoints: list[int]) -> str:
     """Per cost model, kind of pair and mode: at each of `checkpoints`, the median share of
     the best known that the studies' re-timed winners hold, and how many of the studies hold
     at least `REACH` of it. `rows`: ``transfer.csv``'s, with ``kind`` and ``retimed@n``."""
-    known = best_known(rows, checkpoints)
-    scaled = per_vendor_pairs(rows)
+    values = winners(rows, checkpoints)
+    known = _best(rows, values)
+
+    def group(r: dict) -> tuple[str, str, str]:
+        return r.get("cost_model") or "xgb", r["kind"], r["mode"]
+
+    groups: dict[tuple[str, str, str], list[tuple[str, dict[int, float]]]] = {
+        group(r): [] for r in rows
+    }
+    for r, found in zip(rows, values, strict=True):
+        if r["pair"] in known:
+            groups[group(r)].append((r["pair"], found))
     head = " | ".join(f"@{n}" for n in checkpoints)
     lines = [
         f"| cost model | pairs of | mode | studies | {head} |",
         "|---|---|---|---|" + "---|" * len(checkpoints),
     ]
-    groups = dict.fromkeys((r.get("cost_model") or "xgb", r["kind"], r["mode"]) for r in rows)
-    for model, kind, mode in groups:
-        these = [
-            r
-            for r in rows
-            if (r.get("cost_model") or "xgb", r["kind"], r["mode"]) == (model, kind, mode)
-            and r["pair"] in known
-        ]
+    for (model, kind, mode), these in groups.items():
         cells = []
         for n in checkpoints:
-            shares = [
-                v / known[r["pair"]]
-                for r in these
-                if (v := retimed(r, n, r["pair"] in scaled)) is not None
-            ]
+            shares = [found[n] / known[pair] for pair, found in these if n in found]
             reached = sum(s >= REACH for s in shares)
             cells.append(
                 f"{100 * statistics.median(shares):.0f} % ({reached}/{len(shares)})"
