@@ -161,7 +161,6 @@ MODES = (
     "warm-unscreened",
     "enqueue",
 )
-CHECKPOINTS = (16, 32, 64, 128)
 TRIALS = 64
 #: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.
 SOURCE_TRIALS = 64
@@ -267,9 +266,9 @@ RETIMED_ATTR = "bench:retimed:"
 def retime_pair(
     pair: str, target: str, studies: dict[str, optuna.Study], finalists: int = 1
 ) -> dict[str, dict]:
-    """Every mode's winner of its first n trials, for each of `CHECKPOINTS` within its trials
-    and at its last trial, and the vendor library, re-timed interleaved: ``{mode: {n:
-    GFLOP/s}}`` and ``{"vendor": {0: GFLOP/s}}``.
+    """Every mode's winner of its first n trials, for each of `transfer_report.checkpoints`
+    within its trials and at its last trial, and the vendor library, re-timed interleaved:
+    ``{mode: {n: GFLOP/s}}`` and ``{"vendor": {0: GFLOP/s}}``.
 
     With `finalists` 1 (the default) the winner is the study's best of its first n trials,
     timed over `common.RETIME_ROUNDS` rounds (`common.retime`). Above 1 it is what ``tensortune
@@ -327,7 +326,7 @@ def retime_pair(
 def _finalists(study: optuna.Study, count: int) -> dict[int, list[dict]]:
     """The study's best `count` distinct configs among its first n trials, best first, per
     checkpoint within its trials and at its last trial."""
-    early = early_finalists(study, CHECKPOINTS, count)
+    early = early_finalists(study, tuple(transfer_report.checkpoints(len(study.trials))), count)
     early[len(study.trials)] = [dict(t.params) for t in best_distinct(study.trials, count)]
     return early
 
@@ -439,9 +438,10 @@ def summarize(
         row = {"pair": pair, "kind": KINDS[pair], "target": target, "mode": mode, "seed": seed}
         # The CPU it was tuned and timed on: runs of other pairs merge only on the same one.
         row["host"] = study_target(studies[mode]).get("mcpu", "")
-        for n in CHECKPOINTS:
+        checkpoints = transfer_report.checkpoints(len(curve))
+        for n in checkpoints:
             row[f"best@{n}"] = round(curve[n - 1]["best_gflops"], 1) if n <= len(curve) else ""
-        for n in CHECKPOINTS:
+        for n in checkpoints:
             found = retimed.get(mode, {}).get(n)
             row[f"retimed@{n}"] = round(found, 1) if found and n <= len(curve) else ""
         row["retimed_vendor"] = round(retimed_vendor, 1) if retimed_vendor else ""

@@ -40,6 +40,22 @@ from transfer_wall import wall_table
 
 #: Checkpoints the goals ask for (those within the studies' trials are reported).
 CHECKPOINTS = (16, 32, 64, 128)
+
+
+def checkpoints(trials: int) -> list[int]:
+    """The checkpoints reported for studies of `trials` trials: those of `CHECKPOINTS` within
+    them, then doublings of the last up to `trials`, and `trials` itself, so that longer
+    studies read how close they came and when (trials to 90 % of the best known, re-timed)."""
+    found = [n for n in CHECKPOINTS if n <= trials]
+    n = CHECKPOINTS[-1] * 2
+    while n <= trials:
+        found.append(n)
+        n *= 2
+    if trials > CHECKPOINTS[-1] and found[-1] != trials:
+        found.append(trials)
+    return found
+
+
 #: Trials to 90 % of the best known: how many times fewer than cold a warm study must need.
 SPEEDUP_GOALS = {"shapes": 3.0, "operators": 1.5}
 
@@ -59,7 +75,7 @@ def report(out: str, trials: int, versus: tuple[str, ...] = ()) -> None:
         known = trials_to_known(rows, by_study, trials)
         sections += [known_table(rows, known, trials), goals_table(rows, known, trials)]
         if any(r.get(f"retimed@{trials}") for r in rows):
-            sections.append(reach_table(rows, [n for n in CHECKPOINTS if n <= trials]))
+            sections.append(reach_table(rows, checkpoints(trials)))
     if any(c.get("elapsed_s") for c in curves) and any(r["mode"] == "cold" for r in rows):
         sections.append(wall_table(_groups(rows), by_study))
     text = "\n\n".join(sections) + "\n"
@@ -163,12 +179,12 @@ def tuning_table(rows: list[dict], trials: int) -> str:
     """Median best found while tuning at each checkpoint, and trials to 90 % of the same
     seed's cold best (cold ÷ this: how many times fewer)."""
     model_col = any(r.get("cost_model") for r in rows)
-    checkpoints = [n for n in CHECKPOINTS if n <= trials]
-    bests = " | ".join(f"@{n}" for n in checkpoints).replace("@", "best @", 1)
+    reported = checkpoints(trials)
+    bests = " | ".join(f"@{n}" for n in reported).replace("@", "best @", 1)
     lines = [
         "| pair |" + (" cost model |" if model_col else "") + f" mode | {bests} (GFLOP/s) "
         "| trials to 90 % of cold best | cold ÷ this (×) |",
-        "|---|" + ("---|" if model_col else "") + "---|" * (len(checkpoints) + 3),
+        "|---|" + ("---|" if model_col else "") + "---|" * (len(reported) + 3),
     ]
     for pair, model, ours in _groups(rows):
         colds = {r["seed"]: r for r in ours if r["mode"] == "cold"}
@@ -183,7 +199,7 @@ def tuning_table(rows: list[dict], trials: int) -> str:
                 f"{statistics.median(float(r[f'best@{n}']) for r in these):.0f}"
                 if all(r.get(f"best@{n}") for r in these)
                 else "–"
-                for n in checkpoints
+                for n in reported
             ]
             needed = statistics.median(_trials(r["trials_to_90pct_cold"], trials) for r in these)
             lines.append(
@@ -204,17 +220,17 @@ def tuning_table(rows: list[dict], trials: int) -> str:
 def retimed_table(rows: list[dict], trials: int) -> str:
     """Median (and every seed's) re-timed winner at each checkpoint, and the vendor's."""
     model_col = any(r.get("cost_model") for r in rows)
-    checkpoints = [n for n in CHECKPOINTS if n <= trials]
-    head = " | ".join(f"re-timed @{n} (per seed)" for n in checkpoints)
+    reported = checkpoints(trials)
+    head = " | ".join(f"re-timed @{n} (per seed)" for n in reported)
     lines = [
         "| pair |" + (" cost model |" if model_col else "") + f" mode | {head} | vendor |",
-        "|---|" + ("---|" if model_col else "") + "---|" * (len(checkpoints) + 2),
+        "|---|" + ("---|" if model_col else "") + "---|" * (len(reported) + 2),
     ]
     for pair, model, ours in _groups(rows):
         for mode in dict.fromkeys(r["mode"] for r in ours):
             these = sorted((r for r in ours if r["mode"] == mode), key=lambda r: int(r["seed"]))
             cells = []
-            for n in checkpoints:
+            for n in reported:
                 values = [float(r[f"retimed@{n}"]) for r in these if r.get(f"retimed@{n}")]
                 seeds = "/".join(f"{v:.0f}" for v in values)
                 cells.append(f"{statistics.median(values):.0f} ({seeds})" if values else "–")
@@ -249,7 +265,7 @@ def ratio_table(rows: list[dict], trials: int, versus: str = "cold") -> str:
     """Each other mode ÷ the mode `versus` (default cold; re-timed), pooled per pair, per kind
     of pair and over all. Against a warm mode, cold is left out (its ratio is in the table
     against cold)."""
-    checkpoints = [n for n in CHECKPOINTS if n <= trials]
+    reported = checkpoints(trials)
     modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m not in (versus, "cold")]
     models = list(dict.fromkeys(r.get("cost_model", "") for r in rows))
     head = [
@@ -257,7 +273,7 @@ def ratio_table(rows: list[dict], trials: int, versus: str = "cold") -> str:
         "mode",
         "pairs of",
         "seed pairs",
-        *(f"÷ {versus} @{n} [95 %]" for n in checkpoints),
+        *(f"÷ {versus} @{n} [95 %]" for n in reported),
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model in models:
@@ -270,7 +286,7 @@ def ratio_table(rows: list[dict], trials: int, versus: str = "cold") -> str:
         scopes.append(("all", mine))
         for mode in modes:
             for scope, these in scopes:
-                found = [pooled(these, mode, n, versus) for n in checkpoints]
+                found = [pooled(these, mode, n, versus) for n in reported]
                 count = max((f["pairs"] for f in found if f), default=0)
                 if count:
                     cells = [
@@ -362,10 +378,9 @@ def _median_trials(
 def goals_table(rows: list[dict], known: dict[tuple, int], trials: int) -> str:
     """Issue 20's goals, met or not, with their numbers."""
     lines = ["| goal (issue 20) | verdict | numbers |", "|---|---|---|"]
-    checkpoints = [n for n in CHECKPOINTS if n <= trials]
     losses, compared = [], 0
     for pair, model, ours in _groups(rows):
-        for n in checkpoints:
+        for n in (n for n in CHECKPOINTS if n <= trials):  # the goal's, not the longer ones'
             cold = [
                 float(r[f"retimed@{n}"])
                 for r in ours
@@ -381,7 +396,7 @@ def goals_table(rows: list[dict], known: dict[tuple, int], trials: int) -> str:
                 a, b = statistics.median(warm), statistics.median(cold)
                 if a < b:
                     losses.append(f"{pair}{' ' + model if model else ''} @{n} {a:.0f} < {b:.0f}")
-    missing = [n for n in (16, 32, 64, 128) if n > trials]
+    missing = [n for n in CHECKPOINTS if n > trials]
     verdict = NOT_MEASURED if not compared else (MET if not losses and not missing else NOT_MET)
     numbers = f"{compared - len(losses)} of {compared} (pair, checkpoint) medians held"
     if losses:
