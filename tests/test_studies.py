@@ -897,23 +897,33 @@ def test_transfer_report_pools_retimed_ratios_and_judges_the_goals(tmp_path):
     assert "| xgb | shapes | warm | 2 | 67 % (0/2) | 67 % (0/2) | 50 % (0/2) |" in text
 
 
+def write_two_seed_run(folder, retimed: dict[str, dict], trials: int) -> None:
+    """A `transfer.py` run of pair "p" (shapes) with seeds 0 and 1 in `folder`: per mode, the
+    re-timed cells of `retimed[mode]` (the same for both seeds), and curves of `trials` trials
+    whose best so far is the trial number."""
+    write_csv = studies_module("results_io").write_csv
+    rows, curves = [], []
+    for mode, cells in retimed.items():
+        for seed in (0, 1):
+            row = {"pair": "p", "kind": "shapes", "target": "t", "mode": mode, "seed": seed}
+            rows.append({**row, "trials_to_90pct_cold": 10, "wall_s": 1, **cells})
+            curves += [
+                {"pair": "p", "mode": mode, "seed": seed, "trial": i, "best_gflops": i}
+                for i in range(1, trials + 1)
+            ]
+    write_csv(str(folder / "transfer.csv"), rows)
+    write_csv(str(folder / "transfer_curves.csv"), curves)
+
+
 def test_transfer_report_divides_by_a_warm_mode_and_refuses_one_it_lacks(tmp_path):
     """``--versus warm``: every other warm mode ÷ the warm study of the same seed, beside the
     table against cold; a mode the rows lack is one line, exit 2, before a merge writes."""
     transfer_report = studies_module("transfer_report")
-    write_csv = studies_module("results_io").write_csv
     retimed = {"cold": (10.0, 20.0, 30.0), "warm": (20.0, 20.0, 15.0)}
     retimed["warm-outranked"] = (40.0, 20.0, 30.0)
-    rows, curves = [], []
-    for mode, values in retimed.items():
-        for seed in (0, 1):
-            at = dict(zip(("retimed@16", "retimed@32", "retimed@64"), values, strict=True))
-            rows.append({"pair": "p", "kind": "shapes", "target": "t", "mode": mode,
-                         "seed": seed, "trials_to_90pct_cold": 10, "wall_s": 1, **at})  # fmt: skip
-            curves += [{"pair": "p", "mode": mode, "seed": seed, "trial": i, "best_gflops": i}
-                       for i in range(1, 65)]  # fmt: skip
-    write_csv(str(tmp_path / "transfer.csv"), rows)
-    write_csv(str(tmp_path / "transfer_curves.csv"), curves)
+    checkpoints = ("retimed@16", "retimed@32", "retimed@64")
+    at = {mode: dict(zip(checkpoints, values, strict=True)) for mode, values in retimed.items()}
+    write_two_seed_run(tmp_path, at, 64)
     transfer_report.report(str(tmp_path), 64, ("warm",))
     text = (tmp_path / "transfer_summary.md").read_text()
     against_warm = text[text.index("÷ warm @16") :]
@@ -935,22 +945,15 @@ def test_transfer_report_reads_longer_studies_at_doublings_and_judges_the_goal_a
     """Studies past 128 trials are read at 256, 512, ... and at their last trial; the warm ≥
     cold goal stays the issue's 16-128, so a loss at 384 shows in the tables, not the verdict."""
     transfer_report = studies_module("transfer_report")
-    write_csv = studies_module("results_io").write_csv
     assert transfer_report.checkpoints(64) == [16, 32, 64]
     assert transfer_report.checkpoints(128) == [16, 32, 64, 128]
     assert transfer_report.checkpoints(384) == [16, 32, 64, 128, 256, 384]
     assert transfer_report.checkpoints(512) == [16, 32, 64, 128, 256, 512]
-    rows, curves = [], []
+    at = {}
     for mode, late in (("cold", 50.0), ("warm", 40.0)):
-        for seed in (0, 1):
-            at = {f"retimed@{n}": 20.0 for n in (16, 32, 64, 128)}
-            at |= {"retimed@256": 30.0, "retimed@384": late, "retimed_vendor": 100.0}
-            rows.append({"pair": "p", "kind": "shapes", "target": "t", "mode": mode,
-                         "seed": seed, "trials_to_90pct_cold": 10, "wall_s": 1, **at})  # fmt: skip
-            curves += [{"pair": "p", "mode": mode, "seed": seed, "trial": i, "best_gflops": i}
-                       for i in range(1, 385)]  # fmt: skip
-    write_csv(str(tmp_path / "transfer.csv"), rows)
-    write_csv(str(tmp_path / "transfer_curves.csv"), curves)
+        at[mode] = {f"retimed@{n}": 20.0 for n in (16, 32, 64, 128)}
+        at[mode] |= {"retimed@256": 30.0, "retimed@384": late, "retimed_vendor": 100.0}
+    write_two_seed_run(tmp_path, at, 384)
     transfer_report.report(str(tmp_path), 384)
     text = (tmp_path / "transfer_summary.md").read_text()
     assert "| p | warm | 20 (20/20) | 20 (20/20) | 20 (20/20) | 20 (20/20) | 30 (30/30) " in text
