@@ -54,7 +54,8 @@ any benchmark, is not measured again, so the modes differ in search, not in timi
 wall seconds count reused configs as free. Writes under ``--out`` (default
 ``studies/results/``):
 
-- ``transfer.csv``: per pair, mode and seed: best GFLOP/s at 16 / 32 / 64 / 128 trials as
+- ``transfer.csv``: per pair, mode and seed: best GFLOP/s at 16 / 32 / 64 / 128 trials (in
+  longer runs also 256, 512, ... and the last trial: `transfer_report.checkpoints`) as
   found while tuning and re-timed (each mode's winner of its first n trials and the vendor
   library, timed interleaved after the pair's modes finished, `retime_pair`; with
   ``--finalists N`` each winner is the fastest of its study's N best configs by one re-timing,
