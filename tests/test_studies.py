@@ -55,9 +55,12 @@ def test_template_ceiling_quick(tmp_path):
 
 @pytest.mark.slow
 def test_hand_configs_quick(tmp_path):
-    (row,) = run_quick("hand_configs.py", tmp_path)
+    row, refused = run_quick("hand_configs.py", tmp_path)
     assert row["workload"] == "matmul-64" and float(row["gflops"]) > 0
-    assert float(row["ratio_to_vendor"]) > 0
+    assert float(row["ratio_to_vendor"]) > 0 and row["rounds"] == "1" and not row["error"]
+    # A config that fails is written with its error; the script goes on (it stopped before).
+    assert refused["config"] == "refused" and refused["error"] and refused["rounds"] == "0"
+    assert refused["gflops"] == "" and refused["ratio_to_vendor"] == ""
 
 
 @pytest.mark.slow
