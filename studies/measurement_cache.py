@@ -352,15 +352,16 @@ def tune_label(
 ) -> Any:
     """`tune_cached` as the benchmarks tune: the workload `label` names
     (`common.workload_of`) on this machine's llvm target in `space` (default ``"template"``)
-    with `common.SETTINGS`, `trials` trials into study `name` of `storage` with `sampler`, no
-    progress bar."""
+    with `common.SETTINGS`, until study `name` of `storage` holds `trials` finished trials
+    (a killed run's study resumes to `trials`, not `trials` more) with `sampler`, no progress
+    bar."""
     return tune_cached(
         workload_of(label),
         target_spec("llvm"),
         cache,
         SETTINGS,
         space,
-        n_trials=trials,
+        total_trials=trials,
         storage=storage,
         study_name=name,
         sampler=sampler,

@@ -27,7 +27,7 @@ sys.path.insert(0, STUDIES)
 try:
     import sample_efficiency
     from common import SETTINGS, workload_of
-    from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer, config_key
+    from measurement_cache import HITS_ATTR, MISSES_ATTR, CachedMeasurer, config_key, tune_label
 finally:
     sys.path.remove(STUDIES)
 
@@ -93,6 +93,22 @@ def test_a_second_tuner_measures_only_configs_not_seen(tmp_path, storage_url):
         assert again.value == before.value
         assert again.user_attrs["costs_s"] == before.user_attrs["costs_s"]
     assert stored_rows(path) == len(seen) + len(new)
+
+
+@pytest.mark.slow
+def test_a_benchmark_study_resumes_to_its_trial_count(tmp_path, storage_url):
+    """`tune_label` tunes until the study holds the trials asked for: called again on the same
+    study (a killed benchmark run again) it adds only what is missing."""
+    path = str(tmp_path / "measurements.db")
+
+    def tune(trials):
+        sampler = optuna.samplers.RandomSampler(seed=0)
+        return tune_label("matmul-64", "resumed", sampler, trials, storage_url, path)
+
+    finished = optuna.trial.TrialState.COMPLETE
+    assert len(tune(3).get_trials(states=(finished,))) == 3
+    assert len(tune(3).trials) == 3  # nothing more
+    assert len(tune(5).get_trials(states=(finished,))) == 5
 
 
 def _hanging_kernel(n: int):
