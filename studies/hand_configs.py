@@ -131,8 +131,9 @@ QUICK = [
                 "tile_j": "2x1x1x32",
                 "tile_k": "16x4",
             },
-            # A k split that does not divide 64, so its build fails: the smoke run shows that a
-            # config that fails is reported and the others are still timed.
+            # A k split whose factors multiply to 128, not 64 (outside the space), so its build
+            # fails: the smoke run shows that a config that fails is reported and the others
+            # are still timed.
             "refused": {
                 **MATMUL_REG_TILE,
                 "tile_i": "4x2x2x4",
