@@ -352,9 +352,9 @@ def tune_label(
 ) -> Any:
     """`tune_cached` as the benchmarks tune: the workload `label` names
     (`common.workload_of`) on this machine's llvm target in `space` (default ``"template"``)
-    with `common.SETTINGS`, until study `name` of `storage` holds `trials` finished trials
-    (a killed run's study resumes to `trials`, not `trials` more) with `sampler`, no progress
-    bar."""
+    with `common.SETTINGS`, until study `name` of `storage` holds `trials` finished trials,
+    with `sampler`, no progress bar. The benchmarks call it on fresh studies only:
+    `common.finished` deletes an interrupted one first, so that it runs again from scratch."""
     return tune_cached(
         workload_of(label),
         target_spec("llvm"),

@@ -98,7 +98,7 @@ def test_a_second_tuner_measures_only_configs_not_seen(tmp_path, storage_url):
 @pytest.mark.slow
 def test_a_benchmark_study_resumes_to_its_trial_count(tmp_path, storage_url):
     """`tune_label` tunes until the study holds the trials asked for: called again on the same
-    study (a killed benchmark run again) it adds only what is missing."""
+    study it adds only what is missing."""
     path = str(tmp_path / "measurements.db")
 
     def tune(trials):
