@@ -45,7 +45,9 @@ dense → batch_matmul (BERT attention) and conv2d → depthwise conv2d (MobileN
 unrelated source, depthwise conv2d → matmul 1024, where a warm start should lose nothing.
 
 Sources are the learned-sampler studies of ``sample_efficiency.py`` (``--sources``, its SQLite
-file, their 64-trial studies of seeds 0-2); missing ones are run first. Targets go to
+file, their 64-trial studies of seeds 0-2); missing ones are run first. ``--source-trials 64 256``
+runs every warm mode once per source length: the first length's modes keep their names, the
+others' are suffixed (``warm-src256``), and all are re-timed with cold in one pass. Targets go to
 ``--work`` (default ``studies/work/transfer.db``); finished studies are skipped on a second
 run. Every study measures through the benchmarks' measurement cache (``measurement_cache.py``;
 ``--cache``, default ``measurements.db`` beside ``--work``, the file ``sample_efficiency.py``
@@ -167,6 +169,12 @@ TRIALS = 64
 SOURCE_TRIALS = 64
 
 
+def source_mode(mode: str, source_trials: int, first: int) -> str:
+    """The name of `mode` warm-started from sources of `source_trials` trials, in a run whose
+    first ``--source-trials`` is `first`: `mode` itself there, suffixed for the others."""
+    return mode if source_trials == first else f"{mode}-src{source_trials}"
+
+
 def source_studies(
     labels: tuple[str, ...], seeds: list[int], trials: int, storage: str, cache: str | None = None
 ) -> list[optuna.Study]:
@@ -211,16 +219,19 @@ def run_target(
     storage: str,
     cost_model: str = "xgb",
     cache: str | None = None,
+    source_trials: int = SOURCE_TRIALS,
 ) -> optuna.Study:
     """The finished study of `target` in `mode` (see the module docstring), run first where
-    missing, with `cost_model` (default "xgb") and the measurement cache `cache` (default
-    None: none)."""
+    missing, with `cost_model` (default "xgb"), the measurement cache `cache` (default None:
+    none) and `sources` of `source_trials` trials each (default `SOURCE_TRIALS`)."""
     # Cold studies depend on the target only: pairs with one target share them.
     name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
     if cost_model != "xgb":
         name = f"{cost_model}:{name}"
     if trials != TRIALS:  # a finished study of another length is not this one
         name += f"/n{trials}"
+    if mode != "cold" and source_trials != SOURCE_TRIALS:  # nor one from other sources
+        name += f"/src{source_trials}"
     study = finished(storage, name)
     if study is not None:
         return study
@@ -347,6 +358,11 @@ def main() -> None:
         help="default: all (cold always runs: every ratio divides by it)",
     )  # fmt: skip
     parser.add_argument("--sources", default=os.path.join(HERE, "work", "sample_efficiency.db"))
+    parser.add_argument(
+        "--source-trials", nargs="+", type=int, default=[SOURCE_TRIALS], metavar="N",
+        help=f"trials of each source study; several run every warm mode once per length, "
+        f"the first under its own name (default {SOURCE_TRIALS})",
+    )  # fmt: skip
     parser.add_argument("--work", default=os.path.join(HERE, "work", "transfer.db"))
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument(
@@ -374,11 +390,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.finalists < 1:
         parser.error(f"--finalists must be at least 1, got {args.finalists}")
+    if min(args.source_trials) < 1 or len(set(args.source_trials)) < len(args.source_trials):
+        parser.error(f"--source-trials must be distinct and at least 1, got {args.source_trials}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pairs = {p: PAIRS[p] for p in args.pairs}
-    trials, seeds, source_seeds, source_trials = args.trials, args.seeds, [0, 1, 2], SOURCE_TRIALS
+    trials, seeds, source_seeds = args.trials, args.seeds, [0, 1, 2]
+    source_trials = args.source_trials
     if args.quick:
-        pairs, trials, seeds, source_seeds, source_trials = QUICK_PAIRS, 16, [0], [0], 16
+        pairs, trials, seeds, source_seeds, source_trials = QUICK_PAIRS, 16, [0], [0], [16]
         args.work = args.sources = os.path.join(tempfile.mkdtemp(), "transfer.db")
     folder = os.path.dirname(os.path.abspath(args.work))
     cache_path = None
@@ -393,20 +412,29 @@ def main() -> None:
     rows, curves = [], []
     for seed in seeds:
         for pair, (target, source_labels, enqueue) in pairs.items():
-            sources = source_studies(
-                source_labels, source_seeds, source_trials, source_url, cache_path
-            )
+            sources = {
+                n: source_studies(source_labels, source_seeds, n, source_url, cache_path)
+                for n in source_trials
+            }
             for model in args.cost_model:
                 studies = {}
                 # Enqueueing leaves the model aside: it runs with the default one only.
                 with_enqueue = enqueue and model == "xgb"
                 modes = [m for m in MODES if m in args.modes or m == "cold"]
-                for mode in [m for m in modes if m != "enqueue" or with_enqueue]:
-                    studies[mode] = run_target(
-                        pair, target, mode, seed, trials, sources, storage, model, cache_path
+                runs = [
+                    (mode, n)
+                    for n in source_trials
+                    for mode in modes
+                    if (mode != "enqueue" or with_enqueue)
+                    and (mode != "cold" or n == source_trials[0])
+                ]
+                for mode, n in runs:
+                    name = source_mode(mode, n, source_trials[0])
+                    studies[name] = run_target(
+                        pair, target, mode, seed, trials, sources[n], storage, model, cache_path, n
                     )
-                    best = studies[mode].best_value
-                    print(f"{pair} {model} {mode} s{seed}: {best:.1f} GFLOP/s", flush=True)
+                    best = studies[name].best_value
+                    print(f"{pair} {model} {name} s{seed}: {best:.1f} GFLOP/s", flush=True)
                 retimed = retime_pair(pair, target, studies, args.finalists)
                 pair_rows, pair_curves = summarize(pair, target, seed, studies, retimed)
                 if len(args.cost_model) > 1 or model != DEFAULT_COST_MODEL:

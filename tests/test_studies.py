@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import importlib
 import json
 import math
@@ -1059,6 +1060,37 @@ def test_transfer_refuses_a_cache_it_cannot_use(tmp_path, monkeypatch, capsys):
     assert stopped.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("transfer.py: error:")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("lengths", [["0"], ["64", "64"]])
+def test_transfer_refuses_source_lengths_it_cannot_run(tmp_path, monkeypatch, capsys, lengths):
+    """A --source-trials below 1 or given twice stops transfer.py with one line and status 2,
+    before it tunes or writes anything."""
+    transfer = studies_module("transfer")
+    args = ["--source-trials", *lengths, "--work", str(tmp_path / "w" / "transfer.db")]
+    args += ["--sources", str(tmp_path / "s.db"), "--out", str(tmp_path / "o")]
+    monkeypatch.setattr(sys, "argv", ["transfer.py", *args])
+    with pytest.raises(SystemExit) as stopped:
+        transfer.main()
+    assert stopped.value.code == 2
+    assert "--source-trials" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert os.listdir(tmp_path) == []
+
+
+def test_transfer_keeps_warm_studies_of_other_source_lengths_apart(monkeypatch):
+    """A warm study from longer sources is stored under its own name, so a run never takes a
+    finished study from other sources for it; cold studies, sourceless, keep one name, and
+    the first length's modes keep theirs in the tables."""
+    transfer = studies_module("transfer")
+    asked: list[str] = []
+    monkeypatch.setattr(transfer, "finished", lambda storage, name: asked.append(name) or name)
+    run = functools.partial(transfer.run_target, "p", "t", seed=0, trials=256, sources=[])
+    run(mode="warm", storage="s", source_trials=256)
+    run(mode="warm", storage="s")
+    run(mode="cold", storage="s", source_trials=256)
+    assert asked == ["p/warm/s0/n256/src256", "p/warm/s0/n256", "t/cold/s0/n256"]
+    assert transfer.source_mode("warm", 64, first=64) == "warm"
+    assert transfer.source_mode("warm", 256, first=64) == "warm-src256"
 
 
 def test_gpu_study_stops_at_once_without_a_gpu(tmp_path):
