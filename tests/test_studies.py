@@ -1073,7 +1073,8 @@ def test_transfer_refuses_source_lengths_it_cannot_run(tmp_path, monkeypatch, ca
     with pytest.raises(SystemExit) as stopped:
         transfer.main()
     assert stopped.value.code == 2
-    assert "--source-trials" in capsys.readouterr().err.strip().splitlines()[-1]
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("transfer.py: error: --source-trials must be distinct and at least 1")
     assert os.listdir(tmp_path) == []
 
 
