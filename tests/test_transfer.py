@@ -229,3 +229,31 @@ def test_configs_move_to_the_nearest_split_of_another_shape():
     # Another operator's config lacks this one's knobs: nothing to move.
     matmul = CpuTemplate(tensortune.get_workload("matmul", M=64, N=64, K=64)).knobs
     assert project_config({k.name: k.choices[0] for k in matmul}, c7) is None
+
+
+def test_the_sources_best_configs_start_chains_until_the_study_has_enough_of_its_own():
+    import numpy as np
+
+    from tensortune.sampler.history import History
+    from tensortune.sampler.proposals import chain_starts
+
+    # 4 restart slots; a space large enough that no random chain is a prior start by chance.
+    sizes, n_chains, share = [20, 20, 20], 8, 0.5
+    priors = np.array([[19, 19, 19], [19, 19, 18], [19, 18, 19]])
+
+    def starts(n_own: int) -> set[tuple[int, ...]]:
+        own = np.array([[i, 0, 0] for i in range(n_own)]).reshape(n_own, 3)
+        history = History(own, np.arange(float(n_own)), {tuple(r) for r in own}, n_own)
+        rng = np.random.default_rng(0)
+        found = chain_starts(None, history, sizes, n_chains, share, rng, prior_starts=priors)
+        return {tuple(int(v) for v in row) for row in found}
+
+    prior_rows = {tuple(r) for r in priors.tolist()}
+    # No config of its own: every prior start takes a slot.
+    assert prior_rows <= starts(0)
+    # One of its own (the best first), then the sources' best in the slots left.
+    assert {(0, 0, 0)} | prior_rows <= starts(1)
+    # As many good configs as slots: the study restarts from its own best, the 4 highest.
+    own = starts(6)
+    assert {(5, 0, 0), (4, 0, 0), (3, 0, 0), (2, 0, 0)} <= own
+    assert not prior_rows & own
