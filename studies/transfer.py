@@ -21,6 +21,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   best configs do not start annealing chains;
 - ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold
   study's start-up design, all of it, and the sources train the model from its first round;
+- ``warm-yield``: the same with ``yield_to_design=True``: an early trial of the sources' model
+  goes to the cold design instead while the design's fastest config beats the model's;
 - ``warm-local``: the same with ``local_share=0.5``: after the start-up every other trial is
   proposed by a cold twin, a model of the study's own configs alone (knob features, the cold
   search), so that the sources' model does not steer the whole search;
@@ -147,6 +149,7 @@ WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WE
 OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-model": {"source_starts": 0},
     "warm-design": {"source_startup_share": 0.0},
+    "warm-yield": {"yield_to_design": True},
     "warm-local": {"local_share": 0.5},
     "warm-design-local": {"source_startup_share": 0.0, "local_share": 0.5},
     "warm-knob": {"feature_set": "knob"},
@@ -158,6 +161,7 @@ MODES = (
     *WEIGHTING_OF_MODE,
     "warm-model",
     "warm-design",
+    "warm-yield",
     "warm-local",
     "warm-design-local",
     "warm-knob",

@@ -17,7 +17,7 @@ from tensortune.cost_model import make_cost_model
 from tensortune.dashboard import source_weight_rounds, study_note
 from tensortune.features import FeatureExtractor
 from tensortune.sampler import CostModelSampler, proposals
-from tensortune.sampler.history import KnobSpace
+from tensortune.sampler.history import History, KnobSpace, design_leads
 from tensortune.sampler.transfer import (
     FULL_TAU,
     MIN_EVIDENCE,
@@ -299,6 +299,47 @@ def test_a_design_first_warm_start_measures_the_cold_design_then_lets_the_source
     assert [k == "startup" for k in kinds] == [False, True, True, True] * 2, kinds
     with pytest.raises(ValueError, match="source_startup_share must be within"):
         CostModelSampler(source_startup_share=1.5)
+
+
+def test_a_warm_start_yields_its_early_trials_to_a_design_that_leads(tmp_path):
+    """``yield_to_design=True``: an early trial of the sources' model goes to the cold design
+    whenever the design's fastest measured config beats the model's; a misleading source's
+    picks lose to the design, so its model gives up trials it holds without the rule."""
+    db = open_storage(f"sqlite:///{tmp_path / 'y.db'}")
+    inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
+    plain = _tuned(db, "plain", [inverted], seed=1, n_trials=8)
+    ruled = _tuned(db, "ruled", [inverted], seed=1, n_trials=8, yield_to_design=True)
+    template = CpuTemplate(workload(64, 64, 64))
+    space = KnobSpace(template.knobs)
+    design = space_filling(space.sizes, 16, np.random.default_rng(1))
+    kinds = {name: [t.system_attrs[PROPOSAL_ATTR]["source"] for t in s.trials]
+             for name, s in (("plain", plain), ("ruled", ruled))}  # fmt: skip
+    assert kinds["plain"][0::2] == ["model"] * 4 and kinds["plain"][1::2] == ["startup"] * 4
+    yielded = 0
+    for trial in ruled.trials:
+        before = [t for t in ruled.trials if t.number < trial.number]
+        history = History(
+            configs=np.array([space.encode(t.params) for t in before], np.int64).reshape(
+                -1, len(space.sizes)
+            ),
+            values=np.array([t.value for t in before], float),
+            taken=set(),
+            n_finished=len(before),
+        )
+        leads = design_leads(history, design)
+        kind = kinds["ruled"][trial.number]
+        if trial.number % 2 == 0 and leads:
+            yielded += 1
+            assert kind == "startup" and space.encode(trial.params) in map(tuple, design.tolist())
+        elif trial.number % 2 == 0:
+            assert kind == "model", (trial.number, kinds["ruled"])
+    assert yielded >= 2, kinds["ruled"]
+    # The design's points come in the cold study's order, whoever's slot they fill.
+    ruled_design = [
+        t.params for t, k in zip(ruled.trials, kinds["ruled"], strict=True) if k == "startup"
+    ]
+    cold = _tuned(db, "cold", [], seed=1, n_trials=len(ruled_design))
+    assert ruled_design == [t.params for t in cold.trials]
 
 
 def test_a_cold_twin_proposes_the_local_share_of_a_warm_study(tmp_path):

@@ -23,7 +23,7 @@ from tensortune.cost_model import (
     LOSSES,
     make_cost_model,
 )
-from tensortune.sampler.history import History, KnobSpace, read_history
+from tensortune.sampler.history import History, KnobSpace, design_leads, read_history
 from tensortune.sampler.proposals import propose_round
 from tensortune.sampler.screening import Screen, recent_pool
 from tensortune.sampler.settings import SEARCHES, RoundSettings, evolve_sizes
@@ -188,6 +188,13 @@ class CostModelSampler(BaseSampler):
             0.5: every other one, the first the model's. 0 measures the whole design first,
             as the cold study of the seed does, and lets the sources in from the first
             model round; 1 leaves the design out.
+        yield_to_design: Whether a start-up trial of a warm study that is the sources' model's
+            (see `source_startup_share`) goes to the next point of the cold design instead
+            while the fastest config measured from that design beats the fastest measured
+            from anywhere else (`tensortune.sampler.history.design_leads`): the sources keep
+            their share of the start-up only while their proposals hold up. Default False:
+            with a batch of 8 it decides once, on 4 configs from each, a noisy call
+            (``studies/README.md``, transfer).
         local_share: Share of a warm study's trials after the start-up that a cold twin
             proposes: a sampler of these settings without sources, so a model of the study's
             own configs alone, with the cold feature set and search. It keeps a search of
@@ -241,6 +248,7 @@ class CostModelSampler(BaseSampler):
         source_weighting: str = SOURCE_WEIGHTINGS[0],
         source_starts: int = 16,
         source_startup_share: float = 0.5,
+        yield_to_design: bool = False,
         local_share: float = 0.0,
         screen_share: float = 0.25,
         feature_processes: int | None = None,
@@ -305,6 +313,7 @@ class CostModelSampler(BaseSampler):
         self.feature_set = feature_set or COST_MODELS[cost_model]
         self.n_startup_trials = n_startup_trials
         self.source_startup_share = source_startup_share
+        self.yield_to_design = yield_to_design
         self.local_share = local_share
         self.refit_growth = refit_growth
         self.screen_share = screen_share
@@ -525,7 +534,7 @@ class CostModelSampler(BaseSampler):
             # (the sources chose every other config): it finishes the design first, as the
             # cold study of its seed would have, before the model proposes.
             return self._startup_config(history.taken), "startup", float("nan")
-        if warm and n_measured < self.n_startup_trials and not self._model_slot(number):
+        if warm and n_measured < self.n_startup_trials and not self._model_slot(number, history):
             # Part of a warm start's early trials are the cold start's: configs the sources
             # did not choose, on which their ranking can be judged fairly.
             return self._startup_config(history.taken), "startup", float("nan")
@@ -550,9 +559,12 @@ class CostModelSampler(BaseSampler):
             if indices not in history.taken:
                 return indices, source, score
 
-    def _model_slot(self, number: int) -> bool:
-        """Whether early trial `number` of a warm start is the source-trained model's."""
-        return _in_share(number, self.source_startup_share)
+    def _model_slot(self, number: int, history: History) -> bool:
+        """Whether early trial `number` of a warm start is the source-trained model's: one of
+        its share, unless it yields to a design that leads (`yield_to_design`)."""
+        if not _in_share(number, self.source_startup_share):
+            return False
+        return not (self.yield_to_design and design_leads(history, self._design()))
 
     def _local_slot(self, number: int) -> bool:
         """Whether trial `number` of a warm study past its start-up is the cold twin's."""

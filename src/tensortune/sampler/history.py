@@ -117,6 +117,23 @@ def read_history(
     )
 
 
+def design_leads(history: History, design: np.ndarray) -> bool:
+    """Whether the fastest config `history` measured from `design` beats the fastest it
+    measured elsewhere (a failed config counts as slowest); False until each side has one.
+
+    Args:
+        history: The study's measured configs.
+        design: ``(d, m)`` knob indices of the start-up design.
+    """
+    if not len(history.configs):
+        return False
+    from_design = (history.configs[:, None, :] == design[None, :, :]).all(axis=2).any(axis=1)
+    if from_design.all() or not from_design.any():
+        return False
+    values = np.where(np.isfinite(history.values), history.values, -np.inf)
+    return bool(values[from_design].max() > values[~from_design].max())
+
+
 def training_targets(values: np.ndarray) -> np.ndarray:
     """Values scaled to [0, 1] with failed configs at 0: relative throughput for a positive
     objective such as GFLOP/s (AutoTVM's normalisation), min-max scaled otherwise."""
