@@ -11,6 +11,7 @@ kernel is then re-timed (and checked against NumPy) by our own measure code thro
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 import statistics
@@ -26,6 +27,32 @@ from tensortune.workloads import Workload
 
 # Worker processes cannot import this folder: send `fast_build` and `ScriptTemplate` by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def import_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin``, which `TuneContext`'s constructor imports, in
+    seconds rather than minutes.
+
+    Each of its TVMScript functions calls ``inspect.stack()``, and on every frame of a pseudo-file
+    (``<ast>``, ``<frozen importlib._bootstrap>``) ``inspect.getmodule`` walks all of
+    ``sys.modules`` before finding nothing: 70 s here with TVM alone, 2 min with torch loaded,
+    and so the bulk of a short MetaSchedule run. Such a frame has no module, so answering that
+    at once changes nothing the parser sees. A no-op once imported.
+    """
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    getmodule = inspect.getmodule
+
+    def known_module(obj: object, _filename: str | None = None) -> Any:
+        if _filename is not None and _filename.startswith("<"):
+            return None
+        return getmodule(obj, _filename)
+
+    inspect.getmodule = known_module
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        inspect.getmodule = getmodule
 
 
 @dataclasses.dataclass
@@ -112,6 +139,7 @@ def tune(
     elapsed: list[float] = []
     best = {"gflops": 0.0, "script": ""}
     start = time.perf_counter()
+    import_tensor_intrinsics()
 
     @derived_object
     class Recorder(ms.measure_callback.PyMeasureCallback):

@@ -49,7 +49,7 @@ import numpy as np
 import optuna
 import torch
 from kernel_profile import PAUSE_S, kernel_times_in_turns, where_time_goes
-from metaschedule_peer import fast_build
+from metaschedule_peer import fast_build, import_tensor_intrinsics
 from results_io import write_csv
 
 from tensortune.measure import MeasureSettings
@@ -175,6 +175,7 @@ def metaschedule_tune(
     from tvm.s_tir import meta_schedule as ms
 
     start = time.perf_counter()
+    import_tensor_intrinsics()
     reached: dict[int, tuple[float, int]] = {}
 
     @derived_object

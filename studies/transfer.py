@@ -213,6 +213,12 @@ def best_configs(sources: list[optuna.Study], target: str, n: int = 8) -> list[d
     return out
 
 
+def sampler_options(mode: str) -> dict[str, object]:
+    """The `CostModelSampler` arguments, besides the sources, that set `mode` apart."""
+    weighting = WEIGHTING_OF_MODE.get(mode, SOURCE_WEIGHTINGS[0])
+    return {"source_weighting": weighting, **OPTIONS_OF_MODE.get(mode, {})}
+
+
 def run_target(
     pair: str,
     target: str,
@@ -243,8 +249,7 @@ def run_target(
         cost_model=cost_model,
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
-        source_weighting=WEIGHTING_OF_MODE.get(mode, "evidence"),
-        **OPTIONS_OF_MODE.get(mode, {}),
+        **sampler_options(mode),
     )
     start = time.perf_counter()
     if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes

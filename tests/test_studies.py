@@ -502,14 +502,26 @@ def test_record_configs_writes_measured_configs(tmp_path):
     assert all(r["gflops"] is None or r["gflops"] > 0 for r in data["records"])
 
 
+def test_every_transfer_mode_is_a_sampler_of_its_own():
+    """Each mode of studies/transfer.py builds a `CostModelSampler` (a misspelt or removed
+    option fails here, not hours into a benchmark), and no two modes ask for the same one."""
+    import tensortune
+
+    transfer = studies_module("transfer")
+    options = {mode: transfer.sampler_options(mode) for mode in transfer.MODES}
+    for kwargs in options.values():
+        tensortune.CostModelSampler(seed=0, **kwargs)
+    warm = [repr(sorted(o.items())) for m, o in options.items() if m.startswith("warm")]
+    assert len(set(warm)) == len(warm)
+    assert options["cold"] == options["warm"] == {"source_weighting": "evidence"}
+
+
 @pytest.mark.slow
 def test_transfer_quick(tmp_path):
-    rows = run_quick("transfer.py", tmp_path)
-    modes = ["cold", "warm", "warm-relative", "warm-outranked", "warm-shared", "warm-decay",
-             "warm-guarded", "warm-validated", "warm-model", "warm-design", "warm-local",
-             "warm-design-local", "warm-knob",
-             "warm-unscreened",
-             "enqueue"]  # fmt: skip
+    # One mode of each kind: a source weighting, a sampler option, the enqueued baseline (every
+    # mode's options are checked above without a run).
+    modes = ["cold", "warm", "warm-relative", "warm-yield", "enqueue"]
+    rows = run_quick("transfer.py", tmp_path, "--modes", *modes)
     assert [r["mode"] for r in rows] == modes
     assert rows[-1]["enqueued"] == "8"  # 8 source configs were moved into the space
     for row in rows:
