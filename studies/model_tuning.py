@@ -153,6 +153,7 @@ def metaschedule_tune(
     seed: int,
     rewrites: Rewrites = NO_REWRITES,
     population: int = 512,
+    per_iter: int | None = None,
 ) -> dict[int, float]:
     """MetaSchedule's ``tune_relax`` steps, run once for the largest of `budgets` with our build
     threads and its own runner; returns the seconds at which each budget's run would have
@@ -167,7 +168,10 @@ def metaschedule_tune(
     `rewrites` as ours are (default none); with weight packing, that is the weights marked
     layout-free, as ``static_shape_tuning_pipeline``'s ``cpu_weight_prepack`` does.
     `population` is its evolutionary search's (default 512, its own default; ``--quick`` makes
-    it small, as each of its batches searches that many candidates per task)."""
+    it small, as each of its batches searches that many candidates per task). `per_iter` is
+    its trials per task and batch (default None: as many as let its first visit of every task
+    take at most half the smallest budget, at most 64; ``--quick`` sets 4, since each batch
+    starts its build processes afresh, seconds apiece)."""
     import logging
 
     import tvm
@@ -208,7 +212,8 @@ def metaschedule_tune(
     # its default 64 a batch, ResNet-18's 18 tasks need 1152 trials, and a 500-trial run left 10
     # of them at TVM's default schedule (1000 ms a run). Batches sized so that the visit takes at
     # most half the smallest budget let it tune every task.
-    per_iter = max(1, min(64, budgets[0] // (2 * len(contexts))))
+    if per_iter is None:
+        per_iter = max(1, min(64, budgets[0] // (2 * len(contexts))))
     callbacks = ms.measure_callback.MeasureCallback.create("default")
     milestones = Milestones()
     ms.tune.tune_tasks(
@@ -541,8 +546,9 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         if keys[budgets[-1]] not in ledger:
             shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
             reached = metaschedule_tune(
-                program, target, budgets, work_dir, args.seed, rewrites, args.ms_population
-            )
+                program, target, budgets, work_dir, args.seed, rewrites,
+                args.ms_population, args.ms_trials_per_iter,
+            )  # fmt: skip
             for budget, seconds in reached.items():
                 ledger.record(keys[budget], seconds)
         for budget in budgets:
@@ -738,6 +744,10 @@ def main() -> None:
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip
+    parser.add_argument("--ms-trials-per-iter", type=int, default=None,
+                        help="MetaSchedule's trials per task and batch (default: its first "
+                        "visit of every task takes at most half the smallest budget; --quick: "
+                        "4)")  # fmt: skip
     parser.add_argument("--finalists", type=int, default=1,
                         help="also each of our builds with every task's kernel the fastest of "
                         "its study's best N configs timed again (pick_finalists), as "
@@ -755,12 +765,15 @@ def main() -> None:
     if args.quick:
         args.models, args.budgets, args.rounds = ["tiny-cnn"], [8, 16], 2
         args.ms_population = 16
+        args.ms_trials_per_iter = 4
     if args.work is None:
         args.work = tempfile.mkdtemp() if args.quick else os.path.join(HERE, "work", "models")
     if sorted(args.budgets) != args.budgets or min(args.budgets) < 1:
         parser.error("--budgets must be positive and ascending")
     if args.ms_population < 1:
         parser.error("--ms-population must be positive")
+    if args.ms_trials_per_iter is not None and args.ms_trials_per_iter < 1:
+        parser.error("--ms-trials-per-iter must be positive")
     pairs = [item.partition("=") for item in args.beside]
     if any(not label or not sep or not url for label, sep, url in pairs):
         parser.error("--beside takes LABEL=STORAGE, e.g. new=sqlite:///work/resnet18.db")

@@ -638,6 +638,26 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
 
 
 @pytest.mark.slow
+def test_peak_share_quick(tmp_path):
+    """The tiny CNN's operations counted exactly (a 3x3 convolution of 3 to 8 channels on 8x8,
+    then a 512-to-10 linear layer: two per multiply-add), each framework's share of the peak
+    from its own latency, and the share 1.2x ONNX Runtime would need."""
+    pytest.importorskip("onnxruntime")
+    rows = run_quick("peak_share.py", tmp_path, "--peak", "100")
+    by_system = {r["system"]: r for r in rows if r["model"] == "tiny-cnn"}
+    assert {"pytorch-eager", "onnxruntime", "1.2x onnxruntime (needed)"} <= set(by_system)
+    flops = 2 * (8 * 8 * 8 * 3 * 9 + 512 * 10)
+    for r in by_system.values():
+        assert float(r["gflop"]) == pytest.approx(flops / 1e9)
+        gflops = flops / (float(r["latency_ms"]) / 1e3) / 1e9
+        assert float(r["gflops"]) == pytest.approx(gflops)
+        assert float(r["share_of_peak"]) == pytest.approx(gflops / 200)  # 2 cores x 100
+    needed = float(by_system["1.2x onnxruntime (needed)"]["share_of_peak"])
+    assert needed == pytest.approx(1.2 * float(by_system["onnxruntime"]["share_of_peak"]))
+    assert [r["system"] for r in rows if r["model"] == "sgemm 256"] == ["numpy (OpenBLAS)"]
+
+
+@pytest.mark.slow
 def test_model_tuning_quick(tmp_path):
     """The whole-model benchmark on a tiny CNN, with --prepack-weights: every system timed,
     ours and MetaSchedule at both budgets, each also with the weights packed at build time (in
