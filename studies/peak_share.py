@@ -4,8 +4,9 @@ Runtime" asks of a build that does the same arithmetic.
 For each model of `model_zoo` the floating-point operations of one forward pass are counted
 (`torch.utils.flop_counter`: matrix products and convolutions, two per multiply-add; the rest
 adds under 1 %), PyTorch eager and ONNX Runtime are timed in turns (`model_tuning.round_robin`),
-and OpenBLAS's sgemm (NumPy's ``@`` on 2048² float32 matrices) is timed beside them as the
-best this machine's vendor BLAS reaches on the most favourable shape. It prints, per model,
+and OpenBLAS's sgemm (NumPy's, on the 2048² ``matmul`` workload, as the studies' vendor
+baseline runs it) is timed beside them as the best this machine's vendor BLAS reaches on the
+most favourable shape. It prints, per model,
 each system's GFLOP/s and share of `--peak` (default 113 GFLOP/s a core, the Zen 4's: two
 256-bit FMA pipes at about 3.5 GHz, times ``TVM_NUM_THREADS`` cores, default 2), and the share
 of peak that 1.2× ONNX Runtime's speed would need.
@@ -20,13 +21,16 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import statistics
 import tempfile
 
-import numpy as np
 import torch
 from model_tuning import frameworks, round_robin, timer
 from model_zoo import MODELS, model
 from torch.utils.flop_counter import FlopCounterMode
+
+from tensortune.measure.baseline import vendor_kernels
+from tensortune.workloads import get_workload
 
 #: The factor over ONNX Runtime that issue 22 asks for.
 GOAL = 1.2
@@ -41,13 +45,22 @@ def forward_flops(net: torch.nn.Module, example: list[torch.Tensor]) -> int:
     return int(counter.get_total_flops())
 
 
-def sgemm_gflops(n: int = 2048, rounds: int = 5) -> float:
-    """OpenBLAS's sgemm through NumPy on `n`² float32 matrices (default 2048): the median
-    GFLOP/s over `rounds` readings (default 5)."""
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
-    reading = timer(lambda: a @ b)
-    return 2 * n**3 / sorted(reading() for _ in range(rounds))[rounds // 2] / 1e9
+def blas_seconds(n: int = 2048, rounds: int = 5) -> tuple[float, float]:
+    """NumPy's BLAS on the ``matmul`` workload at `n`² (default 2048), the kernel the studies
+    time as its vendor (`tensortune.measure.baseline.vendor_kernels`): its FLOPs and median
+    seconds over `rounds` readings (default 5)."""
+    workload = get_workload("matmul", M=n, N=n, K=n)
+    kernel = next(k for name, k in vendor_kernels(workload) if name.startswith("numpy"))
+    reading = timer(kernel)
+    return workload.flop_count, statistics.median(reading() for _ in range(rounds))
+
+
+def row(model_name: str, system: str, flops: float, seconds: float, peak: float) -> dict:
+    """One line of the table: `flops` run in `seconds`, as GFLOP/s and a share of `peak`."""
+    gflops = flops / seconds / 1e9
+    return {"model": model_name, "system": system, "gflop": flops / 1e9,
+            "latency_ms": seconds * 1e3, "gflops": gflops,
+            "share_of_peak": gflops / peak}  # fmt: skip
 
 
 def main() -> None:
@@ -77,21 +90,12 @@ def main() -> None:
             calls.pop("torch.compile", None)  # the goal is against eager and ONNX Runtime
             seconds = round_robin({system: timer(call) for system, call in calls.items()},
                                   args.rounds)  # fmt: skip
-            for system, s in seconds.items():
-                rows.append({"model": name, "system": system, "gflop": flops / 1e9,
-                             "latency_ms": s * 1e3, "gflops": flops / s / 1e9,
-                             "share_of_peak": flops / s / 1e9 / peak})  # fmt: skip
+            rows += [row(name, system, flops, s, peak) for system, s in seconds.items()]
             if "onnxruntime" in seconds:
-                ort = seconds["onnxruntime"]
-                need = GOAL * flops / ort / 1e9
-                rows.append({"model": name, "system": f"{GOAL}x onnxruntime (needed)",
-                             "gflop": flops / 1e9, "latency_ms": ort * 1e3 / GOAL,
-                             "gflops": need, "share_of_peak": need / peak})  # fmt: skip
+                needed = seconds["onnxruntime"] / GOAL
+                rows.append(row(name, f"{GOAL}x onnxruntime (needed)", flops, needed, peak))
     n = 256 if args.quick else 2048
-    blas = sgemm_gflops(n, args.rounds)
-    rows.append({"model": f"sgemm {n}", "system": "numpy (OpenBLAS)", "gflop": 2 * n**3 / 1e9,
-                 "latency_ms": 2 * n**3 / blas / 1e6, "gflops": blas,
-                 "share_of_peak": blas / peak})  # fmt: skip
+    rows.append(row(f"sgemm {n}", "numpy (OpenBLAS)", *blas_seconds(n, args.rounds), peak))
     print(f"fp32 peak: {peak:.0f} GFLOP/s ({cores} cores x {args.peak:g})")
     print("| model | system | GFLOP | ms | GFLOP/s | share of peak |\n|---|---|---|---|---|---|")
     for r in rows:
