@@ -14,8 +14,9 @@ A killed run goes on where it stopped when run again with the same ``--work``: o
 resume, MetaSchedule's finished database is built again without tuning (a half-tuned one is
 started again), each finished (system, budget)'s tuning seconds are kept in
 ``<model>-seconds.json``, and a model timed to the end is read back from
-``<model>-results-<budgets>.json``. Our seconds of a budget cut by the kill count from the
-rerun only. Writes under ``--out`` (default ``studies/results/models/``):
+``<model>-results-<key>.json`` (`run_key`: the budgets and the systems). Our seconds of a
+budget cut by the kill count from the rerun only. Writes under ``--out`` (default
+``studies/results/models/``):
 
 - ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
 - ``model_tasks.csv``: per model and task of our profiled arm (channels-last where the run has
@@ -696,6 +697,25 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
     return "\n".join(lines)
 
 
+def run_key(args: argparse.Namespace) -> str:
+    """What names a finished run's results in ``--work`` (``<model>-results-<key>.json``): its
+    budgets and every flag that adds or removes a system, MetaSchedule's arms included, so that
+    a run of other systems never reads back an earlier run's timings."""
+    key = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
+    key += "-prepacked" if args.prepack_weights else ""
+    key += "-winograd" if args.winograd else ""
+    key += "-channels-last" if args.channels_last else ""
+    key += "-warm" if args.warm_start_tasks else ""
+    key += "-shared" if args.share_bests else ""
+    key += "-twins" if args.warm_start_twins else ""
+    key += f"-finalists{args.finalists}" if args.finalists > 1 else ""
+    key += "".join(f"-{label}" for label, _ in args.beside)
+    key += "" if args.plain else "-no-plain"
+    if not args.metaschedule:
+        return key + "-no-metaschedule"
+    return key + "".join(f"-ms-{system}" for system in sorted(args.metaschedule_arms or []))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["resnet18", "bert-layer"],
@@ -796,18 +816,8 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     rows, tasks, split = [], [], []
     for name in args.models:
-        # A model finished by an earlier run (same budgets) is not tuned or timed again.
-        runs = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
-        runs += "-prepacked" if args.prepack_weights else ""
-        runs += "-winograd" if args.winograd else ""
-        runs += "-channels-last" if args.channels_last else ""
-        runs += "-warm" if args.warm_start_tasks else ""
-        runs += "-shared" if args.share_bests else ""
-        runs += "-twins" if args.warm_start_twins else ""
-        runs += f"-finalists{args.finalists}" if args.finalists > 1 else ""
-        runs += "".join(f"-{label}" for label, _ in args.beside)
-        runs += "" if args.plain else "-no-plain"
-        done = os.path.join(args.work, f"{name}-results-{runs}.json")
+        # A model finished by an earlier run of the same systems is not tuned or timed again.
+        done = os.path.join(args.work, f"{name}-results-{run_key(args)}.json")
         if os.path.exists(done):
             with open(done) as f:
                 found, per_task = json.load(f)

@@ -637,6 +637,24 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     assert [r["in_model_us"] for r in rows] == [1000.0, 2000.0, ""]
 
 
+def test_model_tuning_reads_back_only_a_run_of_the_same_systems():
+    """A finished run's results are read back by a run of the same systems only: one without
+    MetaSchedule, or with MetaSchedule on other arms, names another results file (an earlier
+    run without MetaSchedule once stood in for a run asked to time it)."""
+    import argparse
+
+    model_tuning = studies_module("model_tuning")
+    flags = dict(budgets=[500, 1000], cold_cache=False, prepack_weights=True, winograd=False,
+                 channels_last=False, warm_start_tasks=False, share_bests=False,
+                 warm_start_twins=False, finalists=1, beside=[], plain=True)  # fmt: skip
+    keys = [
+        model_tuning.run_key(argparse.Namespace(metaschedule=on, metaschedule_arms=chosen, **flags))
+        for on, chosen in ((True, None), (False, None), (True, ["tensortune-prepacked"]))
+    ]
+    assert keys[0] == "500-1000-prepacked"  # the default's name, as before
+    assert len(set(keys)) == 3
+
+
 @pytest.mark.slow
 def test_peak_share_quick(tmp_path):
     """The tiny CNN's operations counted exactly (a 3x3 convolution of 3 to 8 channels on 8x8,
