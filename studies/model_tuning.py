@@ -699,9 +699,11 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
 
 def run_key(args: argparse.Namespace) -> str:
     """What names a finished run's results in ``--work`` (``<model>-results-<key>.json``): its
-    budgets and every flag that adds or removes a system, MetaSchedule's arms included, so that
-    a run of other systems never reads back an earlier run's timings."""
+    budgets, its rounds where not `ROUNDS`, and every flag that adds or removes a system,
+    MetaSchedule's arms included, so that a run of other systems, or timed over other rounds,
+    never reads back an earlier run's timings."""
     key = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
+    key += f"-rounds{args.rounds}" if args.rounds != ROUNDS else ""
     key += "-prepacked" if args.prepack_weights else ""
     key += "-winograd" if args.winograd else ""
     key += "-channels-last" if args.channels_last else ""
@@ -774,7 +776,8 @@ def main() -> None:
                         "SYSTEM-finalists (default 1: the studies' bests alone, as "
                         "before)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="default 0")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"default {ROUNDS}")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of the "
+                        f"round-robin timing (default {ROUNDS}; --quick: 2)")  # fmt: skip
     parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
                         "between runs (default studies/work/models; --quick: a fresh temporary "
                         "folder)")  # fmt: skip

@@ -638,21 +638,26 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
 
 
 def test_model_tuning_reads_back_only_a_run_of_the_same_systems():
-    """A finished run's results are read back by a run of the same systems only: one without
-    MetaSchedule, or with MetaSchedule on other arms, names another results file (an earlier
-    run without MetaSchedule once stood in for a run asked to time it)."""
+    """A finished run's results are read back by a run of the same systems and rounds only:
+    one without MetaSchedule, with MetaSchedule on other arms, or over other rounds names
+    another results file (an earlier run without MetaSchedule once stood in for a run asked
+    to time it)."""
     import argparse
 
     model_tuning = studies_module("model_tuning")
     flags = dict(budgets=[500, 1000], cold_cache=False, prepack_weights=True, winograd=False,
                  channels_last=False, warm_start_tasks=False, share_bests=False,
                  warm_start_twins=False, finalists=1, beside=[], plain=True)  # fmt: skip
+    runs = [(True, None, model_tuning.ROUNDS), (False, None, model_tuning.ROUNDS),
+            (True, ["tensortune-prepacked"], model_tuning.ROUNDS), (True, None, 10)]  # fmt: skip
     keys = [
-        model_tuning.run_key(argparse.Namespace(metaschedule=on, metaschedule_arms=chosen, **flags))
-        for on, chosen in ((True, None), (False, None), (True, ["tensortune-prepacked"]))
+        model_tuning.run_key(
+            argparse.Namespace(metaschedule=on, metaschedule_arms=chosen, rounds=n, **flags)
+        )
+        for on, chosen, n in runs
     ]
     assert keys[0] == "500-1000-prepacked"  # the default's name, as before
-    assert len(set(keys)) == 3
+    assert len(set(keys)) == len(runs)
 
 
 @pytest.mark.slow
@@ -709,7 +714,7 @@ def test_model_tuning_quick(tmp_path):
     # studies hold their 16 trials, MetaSchedule's databases are built as they are) and the
     # tuning seconds are the first run's.
     # With --finalists 2 (another results file): each of our builds also with re-timed picks.
-    (work / "tiny-cnn-results-8-16-prepacked.json").unlink()
+    (work / "tiny-cnn-results-8-16-rounds2-prepacked.json").unlink()
     again = run_quick(
         "model_tuning.py", tmp_path, "--work", str(work), "--prepack-weights", "--finalists", "2"
     )
