@@ -20,8 +20,8 @@ budget cut by the kill count from the rerun only. Writes under ``--out`` (defaul
 
 - ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
 - ``model_tasks.csv``: per model and task of our profiled arm (channels-last where the run has
-  it, else the plain one; `profiled_arm`): weight, TVM's untuned kernel alone, our best as its
-  study recorded it while tuning, and our best in the model, in µs;
+  it, else the packed one, else the plain one; `profiled_arm`): weight, TVM's untuned kernel
+  alone, our best as its study recorded it while tuning, and our best in the model, in µs;
 - ``model_time_split.csv``: per model, that arm's build and MetaSchedule's of the same tasks at
   the largest budget: a run's ms in the tuned kernels, in other calls and in the VM between
   calls (`kernel_profile`);
@@ -453,11 +453,14 @@ def arm_labels() -> set[str]:
 def profiled_arm(variants: dict[str, Arm]) -> str:
     """The arm of ours whose tasks and run `task_rows` and `profile_models` take apart: the
     direct channels-last one where the run has it (tune-model's default layout; packed with
-    ``--prepack-weights``), else the plain one."""
+    ``--prepack-weights``), else the packed one where the run has it (the BERT layer's
+    fastest), else the plain one."""
     nhwc = [
         s for s, arm in variants.items() if arm.rewrites.channels_last and not arm.rewrites.winograd
     ]
-    return nhwc[0] if nhwc else "tensortune"
+    if nhwc:
+        return nhwc[0]
+    return "tensortune-prepacked" if "tensortune-prepacked" in variants else "tensortune"
 
 
 def metaschedule_dir(work: str, name: str, system: str) -> str:

@@ -594,8 +594,9 @@ def test_model_tuning_refuses_a_beside_label_that_an_arm_of_ours_takes(tmp_path)
 
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     """The per-task rows and the profile follow tune-model's default layout: the channels-last
-    arm where the run tunes one, the plain arm otherwise; each row reads its own arm's
-    profile, and rows from before the arm was recorded read the plain one's."""
+    arm where the run tunes one, else the packed arm where it tunes one, the plain arm
+    otherwise; each row reads its own arm's profile, and rows from before the arm was
+    recorded read the plain one's."""
     import argparse
 
     model_tuning = studies_module("model_tuning")
@@ -603,7 +604,11 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
                  winograd=True, warm_start_tasks=True, share_bests=True,
                  warm_start_twins=True)  # fmt: skip
     plain = model_tuning.arms("m", argparse.Namespace(channels_last=False, **flags))
-    assert model_tuning.profiled_arm(plain) == "tensortune"
+    assert model_tuning.profiled_arm(plain) == "tensortune-prepacked"  # the BERT layer's case
+    unpacked = dict(flags, prepack_weights=False)
+    assert model_tuning.profiled_arm(
+        model_tuning.arms("m", argparse.Namespace(channels_last=False, **unpacked))
+    ) == "tensortune"  # fmt: skip
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
     assert "tensortune-winograd-channels-last-prepacked" in nhwc
     assert nhwc["tensortune-channels-last-warm"].rewrites.channels_last  # warm in NHWC too
