@@ -17,6 +17,11 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   half-life alone, whatever their ranking (the weighting before the evidence);
 - ``warm-guarded``: the same with ``source_weighting="guarded"``: the decay, except that a
   source ranking the target's configs reversed beyond chance weighs nothing;
+- ``warm-validated``: the same with ``source_weighting="validated"``: the evidence's
+  weights while a model trained with them ranks held-out configs of the target's as well as
+  one without;
+- ``warm-capped``: the same with ``source_weighting="capped"``: the evidence's weights, scaled
+  so that the sources' rows together never outweigh the target's own measured configs;
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold

@@ -107,6 +107,25 @@ def test_shared_weights_split_the_evidence_among_the_source_workloads():
     )
 
 
+def test_capped_weights_never_let_the_sources_outweigh_the_studys_own_rows():
+    taus = np.array([0.9, 0.25, -0.1])
+    rows = np.array([192, 64, 64])
+    evidence = source_weights(taus, 16, 32.0, "evidence")
+    capped = source_weights(taus, 16, 32.0, "capped", rows=rows)
+    # 192 rows at 0.71 and 64 at 0.35 outweigh 16 local rows: scaled down alike to weigh 16.
+    assert np.dot(capped, rows) == pytest.approx(16.0)
+    assert capped == pytest.approx(evidence * 16.0 / np.dot(evidence, rows))
+    # Sources already lighter than the study's own rows keep the evidence's weights.
+    assert source_weights(taus, 160, 32.0, "capped", rows=rows) == pytest.approx(
+        source_weights(taus, 160, 32.0, "evidence")
+    )
+    # Before the evidence (the sources are all the model has) and without row counts: no cap.
+    assert source_weights(taus, 4, 32.0, "capped", rows=rows) == pytest.approx(
+        [source_weight(4, 32.0)] * 3
+    )
+    assert source_weights(taus, 16, 32.0, "capped") == pytest.approx(evidence)
+
+
 def test_local_tau_is_how_well_the_studys_own_rows_predict_each_other():
     from tensortune.cost_model import BootstrapXGBModel
 

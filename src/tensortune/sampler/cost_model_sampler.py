@@ -173,7 +173,9 @@ class CostModelSampler(BaseSampler):
             (`tensortune.sampler.transfer.reversed_beyond_chance`); ``"validated"``: the
             evidence's weights while a model trained with them ranks the study's held-out
             configs at least as well as one without (the same 4 folds, 8 more one-member
-            fits a round), none once it ranks them worse. Once
+            fits a round), none once it ranks them worse; ``"capped"``: the evidence's
+            weights, scaled so that the sources' rows together weigh at most as much as the
+            study's own. Once
             every source weighs nothing the study drops them and first measures the rest of
             the cold study's start-up design. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.

@@ -143,7 +143,10 @@ def fit_cost_model(
         return Fit(model, X, y, np.empty(0), np.empty(0))
     taus = judge_taus(judges, X, y) if judges else np.full(len(prior.workloads), np.nan)
     n_local = len(history.values)
-    weights = source_weights(taus, n_local, settings.source_half_life, settings.source_weighting)
+    rows = np.bincount(prior.groups - 1, minlength=len(prior.workloads))  # groups count from 1
+    weights = source_weights(
+        taus, n_local, settings.source_half_life, settings.source_weighting, rows=rows
+    )
     # Against the study's own ranking a source only loses weight: where the evidence left none,
     # the cross-validation (several model fits) has nothing to cut.
     against_own = settings.source_weighting in WEIGHTINGS_AGAINST_OWN

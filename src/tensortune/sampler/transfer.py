@@ -49,9 +49,12 @@ if TYPE_CHECKING:
 #: what chance gives (`reversed_beyond_chance`); ``"validated"``: the evidence's weights, kept
 #: only while a model trained on the study's configs with them ranks held-out configs at least
 #: as well as one trained without them (`local_tau` both ways, on the same folds), and none
-#: once it ranks them worse, so that sources stay only while they help the model itself.
+#: once it ranks them worse, so that sources stay only while they help the model itself;
+#: ``"capped"``: the evidence's weights, scaled down where the sources' rows together would
+#: outweigh the study's own, so that a few hundred source rows at a third of a local row's
+#: weight each do not outvote 8-48 measured configs of the study's own.
 SOURCE_WEIGHTINGS = (
-    "evidence", "relative", "outranked", "shared", "decay", "guarded", "validated"
+    "evidence", "relative", "outranked", "shared", "decay", "guarded", "validated", "capped"
 )  # fmt: skip
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
 WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
@@ -376,6 +379,7 @@ def source_weights(
     full_tau: float = FULL_TAU,
     own_tau: float = float("nan"),
     with_sources_tau: float = float("nan"),
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """Weight of one row of each source workload next to a local row's 1.
 
@@ -402,6 +406,9 @@ def source_weights(
         with_sources_tau: The same with the sources in every fold at the evidence's weights
             (`local_tau` with ``prior``), read by ``"validated"`` only: below `own_tau`, every
             source weighs nothing. Default NaN: not known, the evidence's weights stand.
+        rows: Per source workload, its number of rows, read by ``"capped"`` only: from
+            `min_evidence` local configs on, the evidence's weights are scaled so that
+            ``sum(weights * rows)`` is at most `n_local`. Default None: not known, no cap.
     """
     if weighting not in SOURCE_WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
@@ -421,7 +428,12 @@ def source_weights(
         trust = np.minimum(trust, np.clip(versus_own, 0.0, 1.0))
     if weighting == VALIDATED and with_sources_tau < own_tau:  # False where either is NaN
         return np.zeros(len(taus))
-    return decay * trust
+    weights = decay * trust
+    if weighting == "capped" and rows is not None:
+        mass = float(np.dot(weights, rows))
+        if mass > n_local:
+            weights *= n_local / mass
+    return weights
 
 
 #: What `source_studies` / ``--transfer-from`` take to find the sources by themselves.
