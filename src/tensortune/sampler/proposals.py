@@ -143,9 +143,12 @@ def fit_cost_model(
         return Fit(model, X, y, np.empty(0), np.empty(0))
     taus = judge_taus(judges, X, y) if judges else np.full(len(prior.workloads), np.nan)
     n_local = len(history.values)
-    rows = np.bincount(prior.groups - 1, minlength=len(prior.workloads))  # groups count from 1
     weights = source_weights(
-        taus, n_local, settings.source_half_life, settings.source_weighting, rows=rows
+        taus,
+        n_local,
+        settings.source_half_life,
+        settings.source_weighting,
+        rows=prior.rows_per_workload,
     )
     # Against the study's own ranking a source only loses weight: where the evidence left none,
     # the cross-validation (several model fits) has nothing to cut.

@@ -96,6 +96,11 @@ class SourceRows:
     def __len__(self) -> int:
         return len(self.targets)
 
+    @property
+    def rows_per_workload(self) -> np.ndarray:
+        """``(len(workloads),)`` rows of each source workload, in group order."""
+        return np.bincount(self.groups - 1, minlength=len(self.workloads))  # groups count from 1
+
 
 def check_sources(
     sources: Sequence[optuna.Study], target: str | None, study_name: str | None = None
