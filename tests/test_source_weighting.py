@@ -21,6 +21,7 @@ from tensortune.sampler.history import History, KnobSpace, design_leads
 from tensortune.sampler.transfer import (
     FULL_TAU,
     MIN_EVIDENCE,
+    SOURCE_WEIGHTINGS,
     WEIGHTINGS_AGAINST_OWN,
     find_sources,
     local_tau,
@@ -124,6 +125,15 @@ def test_capped_weights_never_let_the_sources_outweigh_the_studys_own_rows():
         [source_weight(4, 32.0)] * 3
     )
     assert source_weights(taus, 16, 32.0, "capped") == pytest.approx(evidence)
+
+
+@pytest.mark.parametrize("command", ["tune", "tune-model"])
+def test_the_help_names_every_source_weighting(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps the lines
+    for name in SOURCE_WEIGHTINGS:
+        assert f"{name}: " in help_text, name
 
 
 def test_local_tau_is_how_well_the_studys_own_rows_predict_each_other():

@@ -19,7 +19,7 @@ from tensortune.cli_model import (
 )
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
-from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
+from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, weighting_choices
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.templates import SPACES
 from tensortune.tuning import SAMPLERS, make_sampler
@@ -124,9 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=SOURCE_WEIGHTINGS,
         default=None,
         help="costmodel: how the --transfer-from studies weigh next to the study's own "
-        "configs; evidence: by how well each ranks them, outranked: less still once the "
-        "study's own configs rank each other better, validated: none once a model with "
-        f"them ranks held-out configs worse than one without (default {SOURCE_WEIGHTINGS[0]})",
+        f"configs: {weighting_choices()} (default {SOURCE_WEIGHTINGS[0]})",
     )
     tune.add_argument(
         "--transfer-storage",

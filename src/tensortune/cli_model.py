@@ -10,7 +10,7 @@ from typing import Any
 
 from tensortune.errors import TensortuneError
 from tensortune.model.tuning import WARM_SOURCES
-from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
+from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, weighting_choices
 from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS
@@ -45,7 +45,7 @@ def add_model_commands(sub: Any) -> None:
         choices=SOURCE_WEIGHTINGS,
         default=None,
         help="with --warm-start-tasks: how the other tasks' studies weigh next to a task's own "
-        f"trials, as for tune --source-weighting (default {SOURCE_WEIGHTINGS[0]}; decay with "
+        f"trials: {weighting_choices()} (default {SOURCE_WEIGHTINGS[0]}; decay with "
         "--warm-sources twins)",
     )
     tune.add_argument(

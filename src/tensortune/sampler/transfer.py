@@ -34,28 +34,36 @@ if TYPE_CHECKING:
     from tensortune.templates.knobs import ChoiceKnob
     from tensortune.workloads import Workload
 
-#: How source rows weigh next to the study's own; the first is the default. ``"evidence"``:
-#: the `source_weight` decay times how well each source ranks the study's own measured configs
-#: (`source_weights`); ``"relative"``: the same, with the bar for full trust raised to how well
-#: the study's own configs rank each other (`local_tau`), so a source fades once the study
-#: knows more than it does; ``"outranked"``: the evidence's weight, cut further as the study's
-#: own ranking overtakes the source's (none once the source ranks half as well or worse), so a
-#: source that orders the study's configs coarsely but not its best ones stops steering the
-#: search; ``"shared"``: the evidence's weights split evenly among the source workloads, so
-#: that however many there are they weigh together as one would (it lost to the evidence
-#: from three conv2d shapes to depthwise: the count of source rows was not what hurt);
-#: ``"decay"``: the decay alone, whatever the source's ranking; ``"guarded"``: the decay
-#: alone, and nothing for a source whose ranking of the study's configs is reversed beyond
-#: what chance gives (`reversed_beyond_chance`); ``"validated"``: the evidence's weights, kept
-#: only while a model trained on the study's configs with them ranks held-out configs at least
-#: as well as one trained without them (`local_tau` both ways, on the same folds), and none
-#: once it ranks them worse, so that sources stay only while they help the model itself;
-#: ``"capped"``: the evidence's weights, scaled down where the sources' rows together would
-#: outweigh the study's own, so that a few hundred source rows at a third of a local row's
-#: weight each do not outvote 8-48 measured configs of the study's own.
-SOURCE_WEIGHTINGS = (
-    "evidence", "relative", "outranked", "shared", "decay", "guarded", "validated", "capped"
-)  # fmt: skip
+#: How source rows weigh next to the study's own, each with the one line the CLIs show; the
+#: first is the default. The rules themselves are `source_weights`'; why each exists:
+#: ``"relative"`` lets a source fade once the study knows more than it does; ``"outranked"``
+#: stops a source that orders the study's configs coarsely but not its best ones from steering
+#: the search; ``"shared"`` lost to the evidence from three conv2d shapes to depthwise (the
+#: count of source rows was not what hurt); ``"validated"`` keeps sources only while they help
+#: the model itself; ``"capped"`` keeps a few hundred source rows at a third of a local row's
+#: weight each from outvoting 8-48 measured configs of the study's own.
+SOURCE_WEIGHTING_SUMMARIES = {
+    "evidence": "the half-life's decay times how well each source ranks the study's own configs",
+    "relative": "the evidence's, with the bar for full trust raised to how well the study's "
+    "own configs rank each other",
+    "outranked": "the evidence's, cut further as the study's own ranking overtakes the source's",
+    "shared": "the evidence's, split evenly among the source workloads",
+    "decay": "the half-life's decay alone, whatever the sources' ranking",
+    "guarded": "the decay, and nothing for a source that ranks the study's configs reversed "
+    "beyond chance",
+    "validated": "the evidence's, and none once a model with them ranks held-out configs worse "
+    "than one without",
+    "capped": "the evidence's, scaled so that the sources' rows together weigh at most as much "
+    "as the study's own",
+}
+SOURCE_WEIGHTINGS = tuple(SOURCE_WEIGHTING_SUMMARIES)
+
+
+def weighting_choices() -> str:
+    """Every source weighting with its line (`SOURCE_WEIGHTING_SUMMARIES`), for a CLI's help."""
+    return "; ".join(f"{name}: {line}" for name, line in SOURCE_WEIGHTING_SUMMARIES.items())
+
+
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
 WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
 #: The weighting that cross-validates the model with its sources against one without.
@@ -399,7 +407,8 @@ def source_weights(
             evidence's weight times ``clip(2 tau / own_tau - 1, 0, 1)`` where `own_tau` is
             above 0: full while the source ranks as well as the study's own configs rank each
             other, nothing at half that or below. ``"shared"``: the evidence's weight divided
-            by the number of source workloads. ``"guarded"``: the decay, 0
+            by the number of source workloads. ``"decay"``: the decay alone. ``"guarded"``:
+            the decay, 0
             for a source `reversed_beyond_chance` on `n_local` configs. A source whose tau is
             near 0 keeps its weight: a ranking of 8-16 configs is too noisy to condemn it by
             its sign alone.
