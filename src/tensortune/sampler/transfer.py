@@ -408,10 +408,9 @@ def source_weights(
             above 0: full while the source ranks as well as the study's own configs rank each
             other, nothing at half that or below. ``"shared"``: the evidence's weight divided
             by the number of source workloads. ``"decay"``: the decay alone. ``"guarded"``:
-            the decay, 0
-            for a source `reversed_beyond_chance` on `n_local` configs. A source whose tau is
-            near 0 keeps its weight: a ranking of 8-16 configs is too noisy to condemn it by
-            its sign alone.
+            the decay, 0 for a source `reversed_beyond_chance` on `n_local` configs. A source
+            whose tau is near 0 keeps its weight: a ranking of 8-16 configs is too noisy to
+            condemn it by its sign alone.
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
