@@ -263,6 +263,46 @@ def test_a_study_with_the_learned_sampler_in_the_metaschedule_space(
     assert all(p.get("source_weights") for p in proposals if p["source"] == "model")
 
 
+@pytest.mark.slow
+def test_a_source_of_another_design_space_turns_a_twin_sampler_to_program_features(
+    storage_url, fast_settings
+):
+    workload = WORKLOADS["dense_bias_relu"]()
+
+    def random_study(of, name):
+        return tensortune.tune(
+            of, "llvm", 4, storage=storage_url, study_name=name, settings=fast_settings,
+            sampler=optuna.samplers.RandomSampler(seed=0), batch_size=4, space="metaschedule",
+            show_progress=False,
+        )  # fmt: skip
+
+    twin = random_study(workload, "twin")
+    other = random_study(get_workload("matmul", 32, 32, 32), "another space")
+    sampler = CostModelSampler(source_studies=[twin], n_startup_trials=2, batch_size=2, seed=0)
+
+    def tune_to(total):
+        return tensortune.tune(
+            workload, "llvm", storage=storage_url, study_name="target", sampler=sampler,
+            settings=fast_settings, batch_size=2, space="metaschedule", show_progress=False,
+            total_trials=total,
+        )  # fmt: skip
+
+    tune_to(4)
+    assert sampler.feature_set == "knob"
+    # The sources change under the sampler, as a model's tasks of one kind grow: one of
+    # another design space joins, whose decision rows do not compare with the study's.
+    sampler.source_studies = [twin, other]
+    assert sampler.feature_set == "curve"
+    study = tune_to(8)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 8 and all(t.state == TrialState.COMPLETE for t in trials)
+    weights = [t.system_attrs[PROPOSAL_ATTR].get("source_weights") for t in trials[4:]]
+    assert any(w and len(w) == 2 for w in weights), weights
+    # Back to sources of this space alone: decision rows again, nothing lowered.
+    sampler.source_studies = [twin]
+    assert sampler.feature_set == "knob"
+
+
 USER_MODULE = """
 import numpy as np
 from tvm import te, tirx, topi

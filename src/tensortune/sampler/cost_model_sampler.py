@@ -366,8 +366,17 @@ class CostModelSampler(BaseSampler):
     def source_studies(self, studies: list[optuna.Study]) -> None:
         # Other sources, or the same ones grown, are read again at the next model round;
         # dropped ones that have grown enough are judged again, from a warm start-over.
-        if self.warm.use(studies) and self._extractor is not None:
-            self._reset(self._extractor.template)
+        readmitted = self.warm.use(studies)
+        if self._extractor is None:
+            return
+        template = self._extractor.template
+        # A source of another design space joining sources of this one (a model's tasks of
+        # one kind, say) makes decision rows incomparable: start over in the feature set a
+        # sampler made with these sources would choose.
+        if readmitted or (
+            not self.warm.dropped and self._features_for(template) != self.feature_set
+        ):
+            self._reset(template)
 
     @property
     def last_source_weights(self) -> dict[str, float]:
@@ -462,23 +471,32 @@ class CostModelSampler(BaseSampler):
             self._reset(template_for(workload, study_target(study), study_space(study)))
         return self._extractor.template if self._extractor else None
 
+    def _features_for(self, template: Template, drop_sources: bool = False) -> str:
+        """The feature set for `template` with the present sources (none with
+        `drop_sources`): the one asked for, else knob features where they fit and no source
+        searches another design space, else the cost model's program features."""
+        from tensortune.features import knob_features_fit
+
+        if self._feature_choice is not None:
+            return self._feature_choice
+        # Prior studies of another shape taught the model more through program features:
+        # warm proposals for matmul 128 from a 192x96x160 study re-timed at a median 44-56
+        # GFLOP/s with curve features against 30 with knob features (16 configs each).
+        # Sources of this very design space make the same decisions: their knob rows
+        # compare as they are, and nothing need be lowered.
+        knob = (
+            self.cost_model == "xgb"
+            and knob_features_fit(template)
+            and (drop_sources or not self.warm.studies or self.warm.share_space(template.knobs))
+        )
+        return "knob" if knob else COST_MODELS[self.cost_model]
+
     def _reset(self, template: Template, drop_sources: bool = False) -> None:
         """Start over on `template`; with `drop_sources`, as a cold study (the sources all
         weigh nothing: the rest of the start-up design, the cold feature set)."""
         from tensortune.features import FeatureExtractor, knob_features, knob_features_fit
 
-        if self._feature_choice is None:
-            # Prior studies of another shape taught the model more through program features:
-            # warm proposals for matmul 128 from a 192x96x160 study re-timed at a median 44-56
-            # GFLOP/s with curve features against 30 with knob features (16 configs each).
-            # Sources of this very design space make the same decisions: their knob rows
-            # compare as they are, and nothing need be lowered.
-            knob = (
-                self.cost_model == "xgb"
-                and knob_features_fit(template)
-                and (drop_sources or not self.warm.studies or self.warm.share_space(template.knobs))
-            )
-            self.feature_set = "knob" if knob else COST_MODELS[self.cost_model]
+        self.feature_set = self._features_for(template, drop_sources)
         self.settings = dataclasses.replace(
             self.settings, evolution=evolve_sizes(self.feature_set == "knob")
         )
