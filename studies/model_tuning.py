@@ -351,7 +351,9 @@ def studies_up_to(studies: list, budget: int) -> list:
 class Arm(NamedTuple):
     """One arm of ours: its task studies, timing, rewrites, whether tasks warm-start (and from
     which tasks: ``tune_model``'s ``warm_sources``) and whether tasks of one design space share
-    their best configs."""
+    their best configs. Each arm says `warm_start`: the plain arms tune cold tasks, as every
+    run before 2026-12-04 did, though ``tune_model`` now warm-starts them by default (the
+    ``--warm-start-tasks`` arm)."""
 
     storage: str
     settings: MeasureSettings | None = None

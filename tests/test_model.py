@@ -281,10 +281,11 @@ def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, 
     common = [onnx_file, "--input", "x:1x3x8x8", "--trials", "4", "-o", str(tmp_path / "out"),
               "--storage", f"sqlite:///{tmp_path / 'model.db'}"]  # fmt: skip
     rows = [
-        (["--source-weighting", "outranked"], "weighs --warm-start-tasks sources"),
+        (["--no-warm-start-tasks", "--source-weighting", "outranked"], "not with --no-warm"),
+        (["--sampler", "random", "--source-weighting", "decay"], "another sampler than costmodel"),
         (["--warm-start-tasks", "--sampler", "random"], "needs the costmodel sampler"),
         (["--finalists", "0"], "--finalists must be at least 1"),
-        (["--warm-sources", "twins"], "are --warm-start-tasks sources"),
+        (["--no-warm-start-tasks", "--warm-sources", "twins"], "what warm-started tasks learn"),
     ]
     for extra, message in rows:
         assert main(["tune-model", *common, *extra]) == 2, extra
@@ -292,9 +293,10 @@ def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, 
         assert error.startswith("tensortune: ") and message in error and "\n" not in error
     program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
     for kwargs, message in [
-        ({"source_weighting": "outranked"}, "warm-start the tasks"),
+        ({"warm_start": False, "source_weighting": "outranked"}, "warm-start the tasks"),
+        ({"sampler": "random", "source_weighting": "decay"}, "warm-start the tasks"),
         ({"warm_start": True, "source_weighting": "loudest"}, "unknown source weighting"),
-        ({"warm_sources": "twins"}, "warm-start the tasks"),
+        ({"warm_start": False, "warm_sources": "twins"}, "warm-start the tasks"),
         ({"warm_start": True, "warm_sources": "cousins"}, "unknown warm sources 'cousins'"),
         ({"sampler": "bogus"}, "unknown sampler 'bogus'"),
         ({"seed": -1}, "seed must be an integer"),

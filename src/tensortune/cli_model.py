@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from tensortune.errors import TensortuneError
-from tensortune.model.tuning import WARM_SOURCES
+from tensortune.model.tuning import WARM_SOURCES, warm_starts
 from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, weighting_choices
 from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
@@ -36,15 +36,17 @@ def add_model_commands(sub: Any) -> None:
     tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
     tune.add_argument(
         "--warm-start-tasks",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="warm-start each task's cost model from the model's tasks of its kind already "
-        "measured (costmodel sampler; default: each task learns from its own trials alone)",
+        "measured (costmodel sampler); --no-warm-start-tasks: each task learns from its own "
+        "trials alone (default: on with the costmodel sampler, off with the others)",
     )
     tune.add_argument(
         "--source-weighting",
         choices=SOURCE_WEIGHTINGS,
         default=None,
-        help="with --warm-start-tasks: how the other tasks' studies weigh next to a task's own "
+        help="with warm-started tasks: how the other tasks' studies weigh next to a task's own "
         f"trials: {weighting_choices()} (default {SOURCE_WEIGHTINGS[0]}; decay with "
         "--warm-sources twins)",
     )
@@ -52,7 +54,7 @@ def add_model_commands(sub: Any) -> None:
         "--warm-sources",
         choices=WARM_SOURCES,
         default=None,
-        help="with --warm-start-tasks: which tasks each task learns from: kin (those of its "
+        help="with warm-started tasks: which tasks each task learns from: kin (those of its "
         "kind, in program features) or twins (those with its design space, in decision "
         f"features: nothing lowered) (default {WARM_SOURCES[0]})",
     )
@@ -139,10 +141,17 @@ def tune_model_command(args: argparse.Namespace) -> None:
 
     if args.trials < 1:
         raise TensortuneError(f"--trials must be at least 1, got {args.trials}")
-    if args.source_weighting is not None and not args.warm_start_tasks:
-        raise TensortuneError("--source-weighting weighs --warm-start-tasks sources: give that too")
-    if args.warm_sources is not None and not args.warm_start_tasks:
-        raise TensortuneError("--warm-sources are --warm-start-tasks sources: give that too")
+    warm = warm_starts(args.sampler, args.warm_start_tasks)
+    if args.source_weighting is not None and not warm:
+        raise TensortuneError(
+            "--source-weighting weighs the sources of warm-started tasks: not with "
+            "--no-warm-start-tasks or another sampler than costmodel"
+        )
+    if args.warm_sources is not None and not warm:
+        raise TensortuneError(
+            "--warm-sources are what warm-started tasks learn from: not with "
+            "--no-warm-start-tasks or another sampler than costmodel"
+        )
     _check_finalists(args.finalists)
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
