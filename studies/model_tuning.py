@@ -404,8 +404,10 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         system += "-prepacked" if args.prepack_weights else ""
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
         variants[system] = Arm(url, rewrites=rewrites)
+    # (--prepack-weights) these arms are packed too, as the channels-last and Winograd ones.
     layout = "-channels-last" if args.channels_last else ""
-    nhwc = Rewrites(channels_last=True) if args.channels_last else NO_REWRITES
+    layout += "-prepacked" if args.prepack_weights else ""
+    rewrites = Rewrites(args.prepack_weights, channels_last=args.channels_last)
     for wanted, suffix in (
         (args.warm_start_tasks, "warm"),
         (args.share_bests, "shared"),
@@ -415,7 +417,7 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
             url = f"sqlite:///{os.path.join(args.work, f'{name}{layout}-{suffix}.db')}"
             variants[f"tensortune{layout}-{suffix}"] = Arm(
                 url,
-                rewrites=nhwc,
+                rewrites=rewrites,
                 warm_start=suffix in ("warm", "twins"),
                 share_bests=suffix == "shared",
                 warm_sources="twins" if suffix == "twins" else None,
@@ -736,8 +738,8 @@ def main() -> None:
                         "cold tasks)")  # fmt: skip
     parser.add_argument("--no-plain", dest="plain", action="store_false",
                         help="leave out our NCHW arm (tensortune), whose tuning costs as "
-                        "much as any other arm's; with --channels-last only (default: "
-                        "kept)")  # fmt: skip
+                        "much as any other arm's; with --channels-last or --prepack-weights "
+                        "only (default: kept)")  # fmt: skip
     parser.add_argument("--cold-cache", action="store_true",
                         help="also ours tuned on timings with the weights flushed from the "
                         "caches (MeasureSettings.flush_cache)")  # fmt: skip
@@ -754,16 +756,18 @@ def main() -> None:
                         "channels_last; with --prepack-weights, packed too)")  # fmt: skip
     parser.add_argument("--warm-start-tasks", action="store_true",
                         help="also ours with each task warm-started from the model's tasks of "
-                        "its kind (tune_model's warm_start; with --channels-last, in NHWC); "
-                        "with --cold-cache, also both at once")  # fmt: skip
+                        "its kind (tune_model's warm_start; with --channels-last, in NHWC; "
+                        "with --prepack-weights, packed); with --cold-cache, also both at "
+                        "once")  # fmt: skip
     parser.add_argument("--share-bests", action="store_true",
                         help="also ours with tasks of one design space handed each other's "
                         "best configs (tune_model's share_bests; with --channels-last, in "
-                        "NHWC)")  # fmt: skip
+                        "NHWC; with --prepack-weights, packed)")  # fmt: skip
     parser.add_argument("--warm-start-twins", action="store_true",
                         help="also ours with each task warm-started from the trials of the "
                         "model's tasks of its design space (tune_model's warm_sources='twins'; "
-                        "with --channels-last, in NHWC)")  # fmt: skip
+                        "with --channels-last, in NHWC; with --prepack-weights, "
+                        "packed)")  # fmt: skip
     parser.add_argument("--beside", nargs="+", default=[], metavar="LABEL=STORAGE",
                         help="also ours from the task studies in STORAGE (an Optuna URL; a "
                         "run of other code, say), resumed to each budget and timed as "
@@ -814,9 +818,11 @@ def main() -> None:
     if args.finalists < 1:
         parser.error("--finalists must be at least 1")
     args.beside = [(label, url) for label, _, url in pairs]
-    if not args.plain and not args.channels_last:
-        # The per-task rows and the profile take apart the channels-last arm, else the plain.
-        parser.error("--no-plain needs --channels-last: the run takes that arm apart instead")
+    if not args.plain and not (args.channels_last or args.prepack_weights):
+        # The per-task rows and the profile take apart the channels-last arm, else the packed
+        # one, else the plain.
+        parser.error("--no-plain needs --channels-last or --prepack-weights: the run takes "
+                     "that arm apart instead")  # fmt: skip
     possible = metaschedule_arms(arms("model", args))
     if args.metaschedule_arms and not set(args.metaschedule_arms) <= set(possible):
         parser.error(f"--metaschedule-arms takes arms of this run: {' '.join(possible)}")

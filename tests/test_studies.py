@@ -561,18 +561,19 @@ def test_model_tuning_refuses_a_metaschedule_arm_not_in_the_run(tmp_path):
     assert not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
 
 
-def test_model_tuning_refuses_no_plain_without_channels_last(tmp_path):
+def test_model_tuning_refuses_no_plain_without_channels_last_or_packing(tmp_path):
     """--no-plain leaves out the NCHW arm, which the per-task rows and the profile take apart
-    where the run has no channels-last arm; without --channels-last (here with another arm of
-    ours, the packed one) it gets one line, exit 2, with nothing written."""
+    where the run has neither a channels-last nor a packed arm; without both (here with
+    another arm of ours, the warm-started one) it gets one line, exit 2, with nothing
+    written."""
     done = subprocess.run(
         [sys.executable, os.path.join(STUDIES, "model_tuning.py"), "--quick", "--no-plain",
-         "--prepack-weights", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")],
+         "--warm-start-tasks", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
-    assert "--no-plain needs --channels-last" in last, last
+    assert "--no-plain needs --channels-last or --prepack-weights" in last, last
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
