@@ -16,7 +16,7 @@ With ``--prepack-weights`` the storage's studies are those of the packed arm
 (``model_tuning.py --prepack-weights``, its ``<model>-prepacked.db``): a kernel that packs its
 weight is timed alone as the model calls it, on the weight packed once by its own ``prepack``
 function (`tensortune.templates.weight_packing`), and found in the model under the name TVM's
-``SplitLayoutRewritePreproc`` gives it (`IN_MODEL_SUFFIX`).
+``SplitLayoutRewritePreproc`` gives it (`kernel_profile.IN_MODEL_SUFFIX`).
 
 The storage holds a finished `model_tuning.py` run's task studies (its ``<model>.db``); nothing
 is tuned. Writes one row per task: weight, µs as its best trial recorded them, µs alone now
@@ -33,7 +33,7 @@ from typing import Any
 
 import model_zoo
 import numpy as np
-from kernel_profile import kernel_times, repeat_times
+from kernel_profile import in_model_name, kernel_times, repeat_times
 from results_io import write_csv
 
 from tensortune.measure import MeasureSettings
@@ -49,9 +49,6 @@ from tensortune.templates.weight_packing import pack_arguments
 TUNING = MeasureSettings()
 #: Flushed timing: single calls, each after a flush, so more of them for a steady median.
 FLUSHED_CALLS = 50
-#: What TVM's ``SplitLayoutRewritePreproc`` appends to the name of a task's function in a
-#: model built with packed weights: the kernel that takes them packed.
-IN_MODEL_SUFFIX = "_prepacked"
 
 
 def built_kernel(task: object, config: dict, target: dict, seed: int = 0) -> tuple:
@@ -121,13 +118,6 @@ def run_studies(args: argparse.Namespace) -> tuple[Any, list, ModelTuning]:
                           channels_last=args.channels_last,
                           prepack_weights=args.prepack_weights)  # fmt: skip
     return program, example, tuning
-
-
-def in_model_name(task: str, functions: dict[str, Any]) -> str:
-    """The name under which the model calls `task`'s function, among the `functions` of its
-    profile: its own, or with `IN_MODEL_SUFFIX` where its weights are packed."""
-    packed = task + IN_MODEL_SUFFIX
-    return packed if task not in functions and packed in functions else task
 
 
 def main() -> None:

@@ -49,7 +49,7 @@ import model_zoo
 import numpy as np
 import optuna
 import torch
-from kernel_profile import PAUSE_S, kernel_times_in_turns, where_time_goes
+from kernel_profile import PAUSE_S, in_model_name, kernel_times_in_turns, where_time_goes
 from metaschedule_peer import fast_build, import_tensor_intrinsics
 from results_io import write_csv
 
@@ -633,12 +633,13 @@ def profile_rows(name: str, profiles: dict[str, Any]) -> list[dict]:
 
 
 def add_in_model_times(tasks: list[dict], profiles: dict[str, Any], budget: int) -> None:
-    """Give each of our task rows its µs in its arm's model, all its calls of a run together
-    (rows without a ``system``, read back from before it was recorded, are the plain arm's)."""
+    """Give each of our task rows its µs in its arm's model, all its calls of a run together,
+    under its name there (`kernel_profile.in_model_name`; rows without a ``system``, read back
+    from before it was recorded, are the plain arm's)."""
     for row in tasks:
         system = row.get("system", "tensortune")
         ours = profiles.get(f"{system}@{budget}", {}).get("functions", {})
-        found = ours.get(row["task"])
+        found = ours.get(in_model_name(row["task"], ours))
         row["in_model_us"] = round(found["seconds"] * 1e6, 1) if found else ""
 
 
