@@ -612,14 +612,16 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     ) == "tensortune"  # fmt: skip
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
     assert "tensortune-winograd-channels-last-prepacked" in nhwc
-    assert nhwc["tensortune-channels-last-warm"].rewrites.channels_last  # warm in NHWC too
-    assert not plain["tensortune-warm"].rewrites.channels_last
-    shared = nhwc["tensortune-channels-last-shared"]  # shared bests in NHWC too
+    warm = nhwc["tensortune-channels-last-prepacked-warm"]  # warm in NHWC and packed too
+    assert warm.rewrites.channels_last and warm.rewrites.prepack_weights
+    assert not plain["tensortune-prepacked-warm"].rewrites.channels_last
+    assert plain["tensortune-prepacked-warm"].rewrites.prepack_weights
+    shared = nhwc["tensortune-channels-last-prepacked-shared"]  # shared bests in NHWC too
     assert shared.share_bests and shared.rewrites.channels_last and not shared.warm_start
-    assert plain["tensortune-shared"].share_bests
-    twins = nhwc["tensortune-channels-last-twins"]  # warm-started from twins, in NHWC too
+    assert plain["tensortune-prepacked-shared"].share_bests
+    twins = nhwc["tensortune-channels-last-prepacked-twins"]  # from twins, in NHWC too
     assert twins.warm_start and twins.warm_sources == "twins" and twins.rewrites.channels_last
-    assert nhwc["tensortune-channels-last-warm"].warm_sources is None  # kin, tune_model's default
+    assert warm.warm_sources is None  # kin, tune_model's default
     # MetaSchedule tunes each task alone: it takes the tasks of our arms that do too.
     assert set(model_tuning.metaschedule_arms(nhwc)) == {
         "tensortune", "tensortune-prepacked", "tensortune-winograd-channels-last-prepacked",
@@ -629,6 +631,7 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     flags["prepack_weights"] = False
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
     assert model_tuning.profiled_arm(nhwc) == "tensortune-channels-last"
+    assert not nhwc["tensortune-channels-last-warm"].rewrites.prepack_weights  # as before
     flags["plain"] = False  # --no-plain: the NCHW arm left out, the rest as before
     assert set(model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))) == set(
         nhwc
