@@ -7,8 +7,10 @@ sequence 128; random weights) and each budget, ours tunes through `tensortune.mo
 ``tune_relax``'s own steps (task extraction, gradient task scheduler, evolutionary search,
 XGBoost) once for the largest budget, each smaller budget built from the records a run of
 that many trials would have measured, and timed where that run would have stopped. Every
-built model and every framework is then timed round-robin over `ROUNDS` rounds, in one
-process, so that drift hits all alike; each build's outputs are checked against PyTorch eager.
+built model and every framework is then timed round-robin over ``--rounds`` rounds, so that
+drift hits all alike, in each of ``--timings`` fresh processes one after another
+(`model_timing.time_in_processes`), so that a difference between processes shows in the
+readings too; each build's outputs are checked against PyTorch eager.
 
 A killed run goes on where it stopped when run again with the same ``--work``: our task studies
 resume, MetaSchedule's finished database is built again without tuning (a half-tuned one is
@@ -39,18 +41,16 @@ import itertools
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import model_zoo
 import numpy as np
 import optuna
-import torch
-from kernel_profile import PAUSE_S, in_model_name, kernel_times_in_turns, where_time_goes
+from kernel_profile import in_model_name, kernel_times_in_turns, where_time_goes
 from metaschedule_peer import fast_build, import_tensor_intrinsics
+from model_timing import ROUNDS, TIMINGS, medians, time_in_processes
 from results_io import write_csv
 
 from tensortune.measure import MeasureSettings
@@ -63,87 +63,6 @@ from tensortune.target import make_target, target_spec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUDGETS = (500, 1000, 2000)
-#: Rounds of the final round-robin timing; each reading is the mean of runs of >= 50 ms.
-ROUNDS = 5
-
-
-def timer(call: Callable[[], Any]) -> Callable[[], float]:
-    """Seconds of one call, averaged over runs of at least 50 ms, each reading after an untimed
-    call: it warms the system up, and wakes the thread pool that slept during the pause."""
-
-    def reading() -> float:
-        call()
-        runs, start = 0, time.perf_counter()
-        while time.perf_counter() - start < 0.05 or runs < 2:
-            call()
-            runs += 1
-        return (time.perf_counter() - start) / runs
-
-    return reading
-
-
-def round_robin(
-    readers: dict[str, Callable[[], float]],
-    rounds: int = ROUNDS,
-    readings: dict[str, list[float]] | None = None,
-) -> dict[str, float]:
-    """Median seconds of each system over `rounds` rounds, every system once per round, each
-    reading after a pause of `PAUSE_S`; every reading goes to `readings` too, where given
-    (default None)."""
-    found: dict[str, list[float]] = readings if readings is not None else {}
-    found.update({name: [] for name in readers})
-    for _ in range(rounds):
-        for name, reading in readers.items():
-            time.sleep(PAUSE_S)
-            found[name].append(reading())
-    return {name: statistics.median(values) for name, values in found.items()}
-
-
-def frameworks(net: Any, example: list[torch.Tensor], folder: str) -> dict[str, Callable]:
-    """Callables running the model in PyTorch eager, ``torch.compile`` and ONNX Runtime (those
-    that work here; a failure is printed and the system left out)."""
-    torch.set_num_threads(int(os.environ.get("TVM_NUM_THREADS", "2")))
-    calls: dict[str, Callable] = {}
-
-    def eager() -> Any:
-        with torch.no_grad():
-            return net(*example)
-
-    calls["pytorch-eager"] = eager
-    try:
-        compiled = torch.compile(net)
-        with torch.no_grad():
-            compiled(*example)
-
-        def inductor() -> Any:
-            with torch.no_grad():
-                return compiled(*example)
-
-        calls["torch.compile"] = inductor
-    except Exception as err:  # no C++ compiler, or an unsupported op
-        print(f"torch.compile left out: {str(err).strip().splitlines()[0][:200]}", flush=True)
-    try:
-        import onnxruntime
-
-        path = os.path.join(folder, "model.onnx")
-        torch.onnx.export(net, tuple(example), path, input_names=["x"], dynamo=False)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = torch.get_num_threads()
-        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        feed = {"x": example[0].numpy()}
-        calls["onnxruntime"] = lambda: session.run(None, feed)
-    except Exception as err:
-        print(f"onnxruntime left out: {str(err).strip().splitlines()[0][:200]}", flush=True)
-    return calls
-
-
-def vm_call(executable: Any, inputs: list[np.ndarray]) -> Callable[[], Any]:
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    args = [tvm.runtime.tensor(a) for a in inputs]
-    return lambda: vm["main"](*args)
 
 
 def metaschedule_tune(
@@ -493,10 +412,9 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     inputs = [t.numpy() for t in example]
     expected = program.reference(inputs)
     folder = tempfile.mkdtemp(prefix=f"{name}-")
-    calls: dict[str, Callable] = dict(frameworks(net, example, folder))
     untuned = build(program, target, None)
     check_outputs(run(untuned, inputs), expected)
-    calls["tvm-untuned"] = vm_call(untuned, inputs)
+    builds: dict[str, Any] = {"tvm-untuned": untuned}  # system -> built executable
     # Tuning seconds of every finished (system, budget), kept so that a killed run goes on
     # from the last finished one: ours resume their studies, MetaSchedule's databases stay.
     ledger = Ledger(os.path.join(args.work, f"{name}-seconds.json"))
@@ -526,7 +444,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             write_database(tuned_model.tasks, studies, tuned_model.target, database)
             tuned = build(program, target, database, rewrites)
             check_outputs(run(tuned, inputs), expected)
-            calls[key] = vm_call(tuned, inputs)
+            builds[key] = tuned
             if args.finalists > 1:  # the same studies, each task's kernel picked by re-timing
                 start = time.perf_counter()
                 picks = pick_finalists(tuned_model, studies, args.finalists, settings=settings)
@@ -538,7 +456,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
                 )
                 tuned = build(program, target, database, rewrites)
                 check_outputs(run(tuned, inputs), expected)
-                calls[finalist_key] = vm_call(tuned, inputs)
+                builds[finalist_key] = tuned
     # MetaSchedule tunes the tasks of each of our rewrites too: the same functions, its search.
     peers: dict[str, Rewrites] = {}
     if args.metaschedule:
@@ -562,22 +480,19 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
         for budget in budgets:
             built = metaschedule_build(program, target, work_dir, budget, rewrites)
             check_outputs(run(built, inputs), expected)
-            calls[keys[budget]] = vm_call(built, inputs)
+            builds[keys[budget]] = built
     tuning_s = {**ledger.seconds, **picking_s}
-    readings: dict[str, list[float]] = {}
-    seconds = round_robin({k: timer(call) for k, call in calls.items()}, args.rounds, readings)
-    # Every reading, so that two builds can be compared round by round (finalists_report.py).
-    write_csv(os.path.join(args.out, f"{name}-readings.csv"), [
-        {"system": system, "round": index, "seconds": value}
-        for system, values in readings.items() for index, value in enumerate(values)
-    ])  # fmt: skip
-    eager = seconds["pytorch-eager"]
+    readings = time_in_processes(name, builds, args.rounds, args.timings, folder)
+    median_s = medians(readings)
+    # Every reading, so that two builds can be compared round by round (round_ratios.py).
+    write_csv(os.path.join(args.out, f"{name}-readings.csv"), readings)
+    eager = median_s["pytorch-eager"]
     rows = [
         {"model": name, "system": system.split("@")[0],
          "budget": system.split("@")[1] if "@" in system else "",
          "latency_ms": float(f"{s * 1e3:.4g}"), "x_eager": round(eager / s, 3),
          "tuning_s": round(tuning_s[system], 1) if system in tuning_s else ""}
-        for system, s in seconds.items()
+        for system, s in median_s.items()
     ]  # fmt: skip
     return rows, task_rows(name, profiled, tuning) if tuning is not None else []
 
@@ -707,11 +622,12 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
 
 def run_key(args: argparse.Namespace) -> str:
     """What names a finished run's results in ``--work`` (``<model>-results-<key>.json``): its
-    budgets, its rounds where not `ROUNDS`, and every flag that adds or removes a system,
-    MetaSchedule's arms included, so that a run of other systems, or timed over other rounds,
-    never reads back an earlier run's timings."""
+    budgets, its rounds where not `ROUNDS`, its timings where more than one, and every flag
+    that adds or removes a system, MetaSchedule's arms included, so that a run of other
+    systems, or timed otherwise, never reads back an earlier run's timings."""
     key = "-".join(map(str, args.budgets)) + ("-cold" if args.cold_cache else "")
     key += f"-rounds{args.rounds}" if args.rounds != ROUNDS else ""
+    key += f"-timings{args.timings}" if args.timings != 1 else ""
     key += "-prepacked" if args.prepack_weights else ""
     key += "-winograd" if args.winograd else ""
     key += "-channels-last" if args.channels_last else ""
@@ -788,6 +704,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="default 0")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of the "
                         f"round-robin timing (default {ROUNDS}; --quick: 2)")  # fmt: skip
+    parser.add_argument("--timings", type=int, default=None, help="fresh processes that "
+                        f"time every system one after another, each over --rounds rounds "
+                        f"(default {TIMINGS}; --quick: 1)")  # fmt: skip
     parser.add_argument("--work", default=None, help="studies, databases and seconds kept "
                         "between runs (default studies/work/models; --quick: a fresh temporary "
                         "folder)")  # fmt: skip
@@ -799,6 +718,10 @@ def main() -> None:
         args.models, args.budgets, args.rounds = ["tiny-cnn"], [8, 16], 2
         args.ms_population = 16
         args.ms_trials_per_iter = 4
+    if args.timings is None:
+        args.timings = 1 if args.quick else TIMINGS
+    if args.timings < 1 or args.rounds < 1:
+        parser.error("--timings and --rounds must be at least 1")
     if args.work is None:
         args.work = tempfile.mkdtemp() if args.quick else os.path.join(HERE, "work", "models")
     if sorted(args.budgets) != args.budgets or min(args.budgets) < 1:

@@ -3,7 +3,7 @@ Runtime" asks of a build that does the same arithmetic.
 
 For each model of `model_zoo` the floating-point operations of one forward pass are counted
 (`torch.utils.flop_counter`: matrix products and convolutions, two per multiply-add; the rest
-adds under 1 %), PyTorch eager and ONNX Runtime are timed in turns (`model_tuning.round_robin`),
+adds under 1 %), PyTorch eager and ONNX Runtime are timed in turns (`model_timing.round_robin`),
 and OpenBLAS's sgemm (NumPy's, on the 2048² ``matmul`` workload, as the studies' vendor
 baseline runs it) is timed beside them as the best this machine's vendor BLAS reaches on the
 most favourable shape. It prints, per model,
@@ -25,7 +25,7 @@ import statistics
 import tempfile
 
 import torch
-from model_tuning import frameworks, round_robin, timer
+from model_timing import frameworks, round_robin, timer
 from model_zoo import MODELS, model
 from torch.utils.flop_counter import FlopCounterMode
 

@@ -15,18 +15,47 @@ line pooled over every file: the geometric mean of the files' own geometric mean
 counts once, however many rounds it read), with a 95 % interval from a two-level bootstrap
 (files drawn with replacement, then rounds within each file; `pooled_interval`). With three
 seeds the interval says more about the seeds' spread than the rounds do.
+
+A file whose readings came from several fresh processes (its ``timing`` column;
+`model_timing.time_in_processes`) gets a line per process and a line pooled over them the same
+way (each process counts once), since two processes' timings of the same builds can disagree
+beyond either's interval. Pooled over several such files, the bootstrap draws files, then
+processes within each, then rounds within each process.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from efficiency_goals import BOOTSTRAP_SEED, RESAMPLES, geomean_interval, ratio_cell
-from finalists_report import read_rounds, round_ratios
+from finalists_report import round_ratios
+
+#: Log ratios by round, or a list of such lists (a file's processes, a pool's files).
+Nested = list[Any]
+
+
+def read_timings(path: str) -> list[dict[str, list[float]]]:
+    """A readings file's readings, per process (its ``timing`` column; one process where the
+    file has none): per system, its readings in round order."""
+    found: dict[int, dict[str, dict[int, float]]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            timing = int(row.get("timing") or 0)
+            by_system = found.setdefault(timing, {}).setdefault(row["system"], {})
+            by_system[int(row["round"])] = float(row["seconds"])
+    if not found:
+        raise ValueError("no readings")
+    return [
+        {system: [rounds[i] for i in sorted(rounds)] for system, rounds in found[t].items()}
+        for t in sorted(found)
+    ]
 
 
 def main() -> None:
@@ -43,53 +72,93 @@ def main() -> None:
     runs = []
     for path in files:
         try:
-            runs.append(read_rounds(path))
+            runs.append(read_timings(path))
         except (OSError, KeyError, ValueError) as error:
             parser.error(f"{path}: not a readings file ({error})")
     asked = [pair.partition("/") for pair in args.pairs]
-    for path, readings in zip(files, runs, strict=True):
+    for path, timings in zip(files, runs, strict=True):
         for a, sep, b in asked:
-            if not sep or a not in readings or b not in readings:
+            if not sep or any(a not in found or b not in found for found in timings):
                 parser.error(f"{a}{sep}{b}: pairs are A/B of systems in {path}: "
-                             f"{' '.join(sorted(readings))}")  # fmt: skip
+                             f"{' '.join(sorted(timings[0]))}")  # fmt: skip
     print("| A | B | A's speed ÷ B's [95 %] | rounds A ahead | run |")
     print("|---|---|---|---|---|")
     for a, _, b in asked:
-        per_run = []
-        for path, readings in zip(files, runs, strict=True):
-            ratios = round_ratios(readings, a, b)
-            per_run.append([math.log(r) for r in ratios])
-            found = geomean_interval(per_run[-1])
-            ahead = sum(r > 1 for r in ratios)
+        per_file: list[Nested] = []
+        for path, timings in zip(files, runs, strict=True):
             run = os.path.basename(os.path.dirname(os.path.abspath(path)))
-            print(f"| {a} | {b} | {ratio_cell(found)} | {ahead} of {len(ratios)} | {run} |")
+            per_timing: list[Nested] = []
+            for index, readings in enumerate(timings):
+                logs = [math.log(r) for r in round_ratios(readings, a, b)]
+                per_timing.append(logs)
+                where = f"{run}, process {index + 1}" if len(timings) > 1 else run
+                print(f"| {a} | {b} | {ratio_cell(geomean_interval(logs))} | "
+                      f"{ahead_cell([logs])} | {where} |")  # fmt: skip
+            if len(timings) > 1:
+                print(f"| {a} | {b} | {ratio_cell(pooled_interval(per_timing))} | "
+                      f"{ahead_cell(per_timing)} | {run}, pooled over {len(timings)} "
+                      "processes |")  # fmt: skip
+            per_file.append(per_timing if len(timings) > 1 else per_timing[0])
         if len(runs) > 1:
-            ahead = sum(sum(x > 0 for x in logs) for logs in per_run)
-            rounds = sum(len(logs) for logs in per_run)
-            print(f"| {a} | {b} | {ratio_cell(pooled_interval(per_run))} | {ahead} of "
-                  f"{rounds} | pooled over {len(runs)} runs |")  # fmt: skip
+            print(f"| {a} | {b} | {ratio_cell(pooled_interval(per_file))} | "
+                  f"{ahead_cell(per_file)} | pooled over {len(runs)} runs |")  # fmt: skip
     sys.stdout.flush()
 
 
-def pooled_interval(per_run: list[list[float]]) -> dict[str, float]:
+def ahead_cell(logs: Nested) -> str:
+    """'K of N': the rounds, at any depth of `logs`, whose log ratio is above 0."""
+    flat = list(_leaves(logs))
+    return f"{sum(x > 0 for x in flat)} of {len(flat)}"
+
+
+def _leaves(logs: Nested) -> Iterator[float]:
+    for item in logs:
+        if isinstance(item, list):
+            yield from _leaves(item)
+        else:
+            yield item
+
+
+def pooled_interval(per_run: list[Nested]) -> dict[str, float]:
     """The geometric mean over runs of each run's geometric mean, from per-round log ratios
-    (each run counts once), with a 95 % two-level bootstrap interval: runs drawn with
-    replacement, then rounds within each drawn run (`RESAMPLES` resamples, seeded with
-    `BOOTSTRAP_SEED`). A dict as `efficiency_goals.geomean_interval`'s (``pairs``: runs)."""
+    (each run counts once; a run that is itself a list of processes' rounds is the mean of
+    theirs, each process counting once), with a 95 % bootstrap interval that draws at every
+    level with replacement: runs, then processes within a run, then rounds (`RESAMPLES`
+    resamples, seeded with `BOOTSTRAP_SEED`; a level of one item is not drawn). A dict as
+    `efficiency_goals.geomean_interval`'s (``pairs``: runs)."""
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    logs = [np.asarray(run, dtype=float) for run in per_run]
-    means = np.empty(RESAMPLES)
-    for i in range(RESAMPLES):
-        drawn = rng.integers(0, len(logs), size=len(logs))
-        means[i] = np.mean([logs[j][rng.integers(0, len(logs[j]), len(logs[j]))].mean()
-                            for j in drawn])  # fmt: skip
+    tree = [_as_arrays(run) for run in per_run]
+    means = np.array([_drawn_mean(tree, rng) for _ in range(RESAMPLES)])
     low, high = np.exp(np.percentile(means, [2.5, 97.5]))
     return {
-        "pairs": len(logs),
-        "geomean": math.exp(float(np.mean([run.mean() for run in logs]))),
+        "pairs": len(tree),
+        "geomean": math.exp(_mean(tree)),
         "low": float(low),
         "high": float(high),
     }
+
+
+def _as_arrays(node: Nested) -> np.ndarray | list:
+    if node and isinstance(node[0], list):
+        return [_as_arrays(child) for child in node]
+    return np.asarray(node, dtype=float)
+
+
+def _mean(node: np.ndarray | list) -> float:
+    if isinstance(node, np.ndarray):
+        return float(node.mean())
+    return float(np.mean([_mean(child) for child in node]))
+
+
+def _drawn_mean(node: np.ndarray | list, rng: np.random.Generator) -> float:
+    """One bootstrap draw of `_mean`: every level drawn with replacement, where it has more
+    than one item."""
+    if isinstance(node, np.ndarray):
+        return float(node[rng.integers(0, len(node), len(node))].mean())
+    if len(node) == 1:
+        return _drawn_mean(node[0], rng)
+    drawn = rng.integers(0, len(node), size=len(node))
+    return float(np.mean([_drawn_mean(node[j], rng) for j in drawn]))
 
 
 if __name__ == "__main__":

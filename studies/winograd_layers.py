@@ -4,7 +4,7 @@ Each of ResNet-18's four 3x3 convolutions of stride 1 (64 channels at 56x56, 128
 at 14x14, 512 at 7x7; batch 1, with its bias and ReLU) is a one-layer model, tuned by
 `tune_model` with the same trials two ways: direct and with Winograd convolutions, both with
 packed weights (as ONNX Runtime's). Each seed's two builds are then timed side by side with
-PyTorch eager and ONNX Runtime, in round-robin rounds (`model_tuning.round_robin`).
+PyTorch eager and ONNX Runtime, in round-robin rounds (`model_timing.round_robin`).
 
     python studies/winograd_layers.py                     # 4 layers, seeds 0 1 2, 64 trials
     python studies/winograd_layers.py --layers c28x128 --seeds 0 --trials 32
@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 
-import model_tuning
+import model_timing
 import optuna
 import torch
 from results_io import write_csv
@@ -65,7 +65,7 @@ def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
     expected = program.reference(inputs)
     target = target_spec("llvm")
     folder = tempfile.mkdtemp(prefix=f"{layer}-")
-    calls = dict(model_tuning.frameworks(net, example, folder))
+    calls = dict(model_timing.frameworks(net, example, folder))
     tuning_s: dict[str, float] = {}
     for seed in args.seeds:
         for system in SYSTEMS:
@@ -81,10 +81,10 @@ def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
             write_database(tuning.tasks, tuning.studies, tuning.target, database)
             built = build(program, target, database, tuning.rewrites)
             check_outputs(run(built, inputs), expected)
-            calls[key] = model_tuning.vm_call(built, inputs)
+            calls[key] = model_timing.vm_call(built, inputs)
             print(f"{layer} {key}: tuned in {tuning_s[key]:.0f} s", flush=True)
-    readers = {name: model_tuning.timer(call) for name, call in calls.items()}
-    seconds = model_tuning.round_robin(readers, args.rounds)
+    readers = {name: model_timing.timer(call) for name, call in calls.items()}
+    seconds = model_timing.round_robin(readers, args.rounds)
     flops = direct_flops(channels, size)
     rows = []
     for name, s in seconds.items():
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--layers", nargs="+", default=list(LAYERS), choices=list(LAYERS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--trials", type=int, default=64, help="per layer and system (64)")
-    parser.add_argument("--rounds", type=int, default=model_tuning.ROUNDS)
+    parser.add_argument("--rounds", type=int, default=model_timing.ROUNDS)
     parser.add_argument("--work", default=os.path.join(HERE, "work", "winograd"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "winograd-layers"))
     args = parser.parse_args()

@@ -725,9 +725,25 @@ def test_model_tuning_quick(tmp_path):
     # tuning seconds are the first run's.
     # With --finalists 2 (another results file): each of our builds also with re-timed picks.
     (work / "tiny-cnn-results-8-16-rounds2-prepacked.json").unlink()
+    # And timed in two fresh processes (--timings 2): each reads every system in its rounds.
     again = run_quick(
-        "model_tuning.py", tmp_path, "--work", str(work), "--prepack-weights", "--finalists", "2"
-    )
+        "model_tuning.py", tmp_path, "--work", str(work), "--prepack-weights", "--finalists", "2",
+        "--timings", "2",
+    )  # fmt: skip
+    with open(tmp_path / "tiny-cnn-readings.csv") as f:
+        timed = list(csv.DictReader(f))
+    assert {r["timing"] for r in timed} == {"0", "1"}
+    per_system = {r["system"]: 0 for r in timed}
+    for r in timed:
+        per_system[r["system"]] += 1
+    assert set(per_system.values()) == {4}  # 2 processes x 2 rounds
+    assert {r["system"] for r in again if not r["budget"]} <= set(per_system)
+    pooled = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "round_ratios.py"),
+         str(tmp_path / "tiny-cnn-readings.csv"), "tensortune@16/pytorch-eager"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert "process 2 |" in pooled and "pooled over 2 processes |" in pooled
     picked = [r for r in again if "-finalists" in r["system"]]
     assert {(r["system"], r["budget"]) for r in picked} == {
         (f"{tuner}-finalists", n) for tuner in tuners[:2] for n in ("8", "16")
@@ -852,6 +868,47 @@ def test_round_ratios_compares_two_builds_round_by_round(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert missing.returncode == 2 and "nowhere.csv: not a readings file" in missing.stderr
+    # A file of two fresh processes' readings (model_timing's timing column): a line per
+    # process, and one pooled over them, each process counting once. Process 1 reads the pair
+    # level; pooled with the first file's process the geometric mean is 2 ** (1 / 8) again.
+    processes = tmp_path / "processes.csv"
+    processes.write_text("system,timing,round,seconds\n" + "".join(
+        f"{system},{t},{t * 4 + i},{value if t == 0 else 1.0}\n"
+        for system, values in readings.items() for t in (0, 1)
+        for i, value in enumerate(values)
+    ))  # fmt: skip
+    split = subprocess.run(
+        [sys.executable, script, str(processes), "warm@1000/ms@1000"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert f"| {2**0.25:.2f} [" in split and "| 2 of 4 |" in split
+    assert "process 1 |" in split and "| 1.00 [1.00, 1.00] | 0 of 4 |" in split
+    assert f"| {2**0.125:.2f} [" in split and "| 2 of 8 |" in split
+    assert "pooled over 2 processes |" in split
+
+
+def test_model_timing_turns_the_order_and_refuses_a_bad_manifest(tmp_path):
+    """Each fresh process reads the systems in another order; a manifest that is not one gets
+    one line and exit 2, and no readings are written."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, STUDIES)
+    try:
+        from model_timing import turned
+    finally:
+        sys.path.remove(STUDIES)
+    assert turned(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert turned(["a", "b", "c"], 4) == ["b", "c", "a"]
+    assert turned([], 3) == []
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"model": "tiny-cnn"}))
+    out = tmp_path / "readings.json"
+    bad = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "model_timing.py"), str(manifest),
+         "--out", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and not out.exists()
+    assert bad.stderr.splitlines()[-1].endswith("not a timing manifest (no builds, rounds)")
 
 
 def test_a_smaller_budget_is_built_from_the_trials_up_to_it():
