@@ -657,15 +657,21 @@ def test_model_tuning_reads_back_only_a_run_of_the_same_systems():
     flags = dict(budgets=[500, 1000], cold_cache=False, prepack_weights=True, winograd=False,
                  channels_last=False, warm_start_tasks=False, share_bests=False,
                  warm_start_twins=False, finalists=1, beside=[], plain=True)  # fmt: skip
-    runs = [(True, None, model_tuning.ROUNDS), (False, None, model_tuning.ROUNDS),
-            (True, ["tensortune-prepacked"], model_tuning.ROUNDS), (True, None, 10)]  # fmt: skip
+    rounds = model_tuning.ROUNDS
+    # (MetaSchedule on, its arms, rounds, fresh processes timing)
+    runs = [(True, None, rounds, 1), (False, None, rounds, 1),
+            (True, ["tensortune-prepacked"], rounds, 1), (True, None, 10, 1),
+            (True, None, rounds, 3)]  # fmt: skip
     keys = [
         model_tuning.run_key(
-            argparse.Namespace(metaschedule=on, metaschedule_arms=chosen, rounds=n, **flags)
+            argparse.Namespace(
+                metaschedule=on, metaschedule_arms=chosen, rounds=n, timings=t, **flags
+            )
         )
-        for on, chosen, n in runs
+        for on, chosen, n, t in runs
     ]
-    assert keys[0] == "500-1000-prepacked"  # the default's name, as before
+    assert keys[0] == "500-1000-prepacked"  # one process's timing: the name, as before
+    assert keys[4] == "500-1000-timings3-prepacked"  # never read back as one process's
     assert len(set(keys)) == len(runs)
 
 
