@@ -24,13 +24,30 @@ from efficiency_goals import geomean_interval, ratio_cell
 SUFFIX = "-finalists"
 
 
-def read_rounds(path: str) -> dict[str, list[float]]:
-    """Per system, its readings in round order."""
-    rounds: dict[str, dict[int, float]] = {}
+def read_timings(path: str) -> list[dict[str, list[float]]]:
+    """A readings file's readings, per process (its ``timing`` column, which
+    `model_timing.time_in_processes` writes; one process where the file has none; none where
+    the file has no readings): per system, its readings in round order."""
+    found: dict[int, dict[str, dict[int, float]]] = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            rounds.setdefault(row["system"], {})[int(row["round"])] = float(row["seconds"])
-    return {system: [found[i] for i in sorted(found)] for system, found in rounds.items()}
+            timing = int(row.get("timing") or 0)
+            by_system = found.setdefault(timing, {}).setdefault(row["system"], {})
+            by_system[int(row["round"])] = float(row["seconds"])
+    return [
+        {system: [rounds[i] for i in sorted(rounds)] for system, rounds in found[t].items()}
+        for t in sorted(found)
+    ]
+
+
+def read_rounds(path: str) -> dict[str, list[float]]:
+    """Per system, its readings in round order, over all the file's processes (their rounds
+    are numbered on from one process to the next)."""
+    merged: dict[str, list[float]] = {}
+    for readings in read_timings(path):
+        for system, values in readings.items():
+            merged.setdefault(system, []).extend(values)
+    return merged
 
 
 def round_ratios(readings: dict[str, list[float]], first: str, second: str) -> list[float]:

@@ -210,7 +210,7 @@ def main() -> None:
         help="this process's number, which turns the order (default 0)",
     )
     parser.add_argument("--out", required=True, help="where its readings go (JSON)")
-    args = parser.parse_args()  # fmt: skip
+    args = parser.parse_args()
     try:
         with open(args.manifest) as f:
             manifest = json.load(f)

@@ -26,7 +26,6 @@ processes within each, then rounds within each process.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import sys
@@ -35,27 +34,10 @@ from typing import Any
 
 import numpy as np
 from efficiency_goals import BOOTSTRAP_SEED, RESAMPLES, geomean_interval, ratio_cell
-from finalists_report import round_ratios
+from finalists_report import read_timings, round_ratios
 
 #: Log ratios by round, or a list of such lists (a file's processes, a pool's files).
 Nested = list[Any]
-
-
-def read_timings(path: str) -> list[dict[str, list[float]]]:
-    """A readings file's readings, per process (its ``timing`` column; one process where the
-    file has none): per system, its readings in round order."""
-    found: dict[int, dict[str, dict[int, float]]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            timing = int(row.get("timing") or 0)
-            by_system = found.setdefault(timing, {}).setdefault(row["system"], {})
-            by_system[int(row["round"])] = float(row["seconds"])
-    if not found:
-        raise ValueError("no readings")
-    return [
-        {system: [rounds[i] for i in sorted(rounds)] for system, rounds in found[t].items()}
-        for t in sorted(found)
-    ]
 
 
 def main() -> None:
@@ -73,6 +55,8 @@ def main() -> None:
     for path in files:
         try:
             runs.append(read_timings(path))
+            if not runs[-1]:
+                raise ValueError("no readings")
         except (OSError, KeyError, ValueError) as error:
             parser.error(f"{path}: not a readings file ({error})")
     asked = [pair.partition("/") for pair in args.pairs]
@@ -98,7 +82,7 @@ def main() -> None:
                 print(f"| {a} | {b} | {ratio_cell(pooled_interval(per_timing))} | "
                       f"{ahead_cell(per_timing)} | {run}, pooled over {len(timings)} "
                       "processes |")  # fmt: skip
-            per_file.append(per_timing if len(timings) > 1 else per_timing[0])
+            per_file.append(per_timing)  # one process: a level of one, never drawn
         if len(runs) > 1:
             print(f"| {a} | {b} | {ratio_cell(pooled_interval(per_file))} | "
                   f"{ahead_cell(per_file)} | pooled over {len(runs)} runs |")  # fmt: skip
