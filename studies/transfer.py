@@ -22,6 +22,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   one without;
 - ``warm-capped``: the same with ``source_weighting="capped"``: the evidence's weights, scaled
   so that the sources' rows together never outweigh the target's own measured configs;
+- ``warm-all-rows``: the same with ``source_rows="all"``: a TreeGRU fits on every source row
+  in every round, at its weight, however little that is (the warm start before 2026-12-05;
+  XGBoost always does, so for it this is ``warm``);
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold
@@ -152,6 +155,7 @@ QUICK_PAIRS = {"matmul-shape": ("matmul-128", ("matmul-192x96x160",), True)}
 WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WEIGHTINGS[0]}
 #: The sampler options other than the source weighting that set a mode apart from ``warm``.
 OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
+    "warm-all-rows": {"source_rows": "all"},
     "warm-model": {"source_starts": 0},
     "warm-design": {"source_startup_share": 0.0},
     "warm-yield": {"yield_to_design": True},
@@ -171,6 +175,7 @@ MODES = (
     "warm-design-local",
     "warm-knob",
     "warm-unscreened",
+    "warm-all-rows",
     "enqueue",
 )
 TRIALS = 64

@@ -19,14 +19,18 @@ from tensortune.features import FeatureExtractor
 from tensortune.sampler import CostModelSampler, proposals
 from tensortune.sampler.history import History, KnobSpace, design_leads
 from tensortune.sampler.transfer import (
+    FADED_SHARE,
     FULL_TAU,
     MIN_EVIDENCE,
     SOURCE_WEIGHTINGS,
     WEIGHTINGS_AGAINST_OWN,
+    SourceRows,
+    faded_sources,
     find_sources,
     local_tau,
     program_distance,
     reversed_beyond_chance,
+    source_row_weights,
     source_weight,
     source_weights,
 )
@@ -125,6 +129,46 @@ def test_capped_weights_never_let_the_sources_outweigh_the_studys_own_rows():
         [source_weight(4, 32.0)] * 3
     )
     assert source_weights(taus, 16, 32.0, "capped") == pytest.approx(evidence)
+
+
+def test_a_source_fades_once_its_rows_weigh_under_a_tenth_of_the_studys_own():
+    rows = np.array([192, 192])
+    # 192 rows at 0.05 weigh 9.6: above a tenth of 88 configs, below a tenth of 104.
+    assert not faded_sources(np.array([0.05, 0.05]), rows, 88).any()
+    assert faded_sources(np.array([0.05, 0.05]), rows, 104).all()
+    assert FADED_SHARE == 0.1
+    # Before the study measured anything no source has faded, whatever its weight.
+    assert not faded_sources(np.array([0.0, 1e-6]), rows, 0).any()
+
+
+def test_by_weight_source_rows_draw_a_weights_worth_of_each_source():
+    groups = np.repeat([1, 2, 3, 4], [100, 100, 100, 100])
+    prior = SourceRows(np.zeros((400, 2)), np.linspace(0, 1, 400), groups, list("abcd"), ["s"])
+    weights = np.array([0.25, 1.0, 0.0, 0.25])
+    faded = np.array([False, False, False, True])
+    rank = source_row_weights(prior, weights, faded, "rank", np.random.default_rng(0))
+    # sqrt(0.25) of the rows, each at 1: a pair of them is in with probability 0.25.
+    assert (rank[:100] == 1).sum() == 50 and set(rank[:100]) == {0.0, 1.0}
+    assert (rank[100:200] == 1.0).all()  # full weight: every row at it
+    assert not rank[200:].any()  # weighing nothing, or faded: none
+    reg = source_row_weights(prior, weights, faded, "reg", np.random.default_rng(0))
+    assert (reg[:100] == 1).sum() == 25  # the squared error counts rows: a share 0.25
+    # Another draw takes other rows; a tiny weight keeps a pair to rank.
+    other = source_row_weights(prior, weights, faded, "rank", np.random.default_rng(1))
+    assert not np.array_equal(other[:100], rank[:100])
+    tiny = source_row_weights(
+        prior, np.array([1e-6, 0, 0, 0]), np.zeros(4, bool), "rank", np.random.default_rng(0)
+    )
+    assert (tiny == 1).sum() == 2
+
+
+def test_a_faded_source_is_not_silent():
+    warm = WarmStart([], 0)
+    warm._rows = SourceRows(np.zeros((2, 1)), np.ones(2), np.ones(2, np.int64), ["w"], ["s"])
+    warm.record(np.zeros(1), np.array([True]))
+    assert warm.weights == {"w": 0.0} and not warm.silent()  # outgrown: the study goes on
+    warm.record(np.zeros(1), np.array([False]))
+    assert warm.silent()  # the evidence weighs it at nothing: the study drops it
 
 
 @pytest.mark.parametrize("command", ["tune", "tune-model"])

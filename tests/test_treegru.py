@@ -222,3 +222,56 @@ def test_a_going_on_treegru_starts_afresh_once_its_sources_weigh_half_what_they_
     going_on, fit = fitted(float("nan"))
     assert fit.model is going_on and fit.start_weight == pytest.approx(0.5 ** (40 / 32))
     assert not fit.restarted
+
+
+def test_a_going_on_treegru_trains_on_a_weights_worth_of_source_rows_until_they_fade():
+    from tensortune.sampler.history import History
+    from tensortune.sampler.proposals import fit_cost_model
+    from tensortune.sampler.settings import RoundSettings
+    from tensortune.sampler.transfer import SourceRows
+
+    template = CpuTemplate(tensortune.get_workload("matmul", M=64, N=64, K=64))
+    configs, rows = _loop_tree_rows(template, 40, 0)
+    _, source = _loop_tree_rows(template, 24, 1)
+    by_row = {tuple(c): r for c, r in zip(configs.tolist(), rows, strict=True)}
+    history = History(configs, np.arange(40.0), set(by_row), 40)
+    prior = SourceRows(source, np.linspace(0, 1, 24), np.ones(24, np.int64), ["w"], ["s"])
+
+    def featurize(indices: np.ndarray) -> np.ndarray:
+        return np.array([by_row[tuple(c)] for c in indices.tolist()])
+
+    def fitted(half_life: float, source_rows: str, start_weight: float):
+        settings = RoundSettings(
+            loss="rank", acquisition="mean", n_models=1, batch_size=8, candidate_factor=2.0,
+            diversity=None, epsilon=0.0, n_chains=4, anneal_steps=10, restart_share=0.0,
+            source_weighting="decay", cost_model="treegru", source_half_life=half_life,
+            source_rows=source_rows,
+        )  # fmt: skip
+        going_on = TreeGRUModel(n_models=1, epochs=2, warm_epochs=1, seed=0)
+        going_on.fit(source, np.linspace(0, 1, 24))
+        seen: list[tuple[int, np.ndarray]] = []
+        fit_rows = going_on.fit
+
+        def recorded(X, y, groups=None, sample_weight=None):
+            seen.append((len(y), np.asarray(sample_weight)[np.asarray(groups) == 1]))
+            return fit_rows(X, y, groups=groups, sample_weight=sample_weight)
+
+        going_on.fit = recorded  # type: ignore[method-assign]
+        fit = fit_cost_model(history, featurize, settings, 0, prior, going_on, (), start_weight)
+        return fit, seen
+
+    # At 0.42 a pair of source rows is worth 0.42 of a local pair: sqrt(0.42) of the rows.
+    fit, seen = fitted(32.0, "by-weight", 0.5)
+    assert seen[0][0] == 40 + round(np.sqrt(0.5 ** (40 / 32)) * 24) and set(seen[0][1]) == {1}
+    fit, seen = fitted(32.0, "all", 0.5)
+    assert seen[0][0] == 64 and seen[0][1] == pytest.approx([0.5 ** (40 / 32)] * 24)
+    # Halved every 4 configs, 24 rows weigh 0.03 against 40 local: faded, out of the fit and
+    # read as 0; the networks it taught start afresh, once: then nothing weighs and they go on.
+    fit, seen = fitted(4.0, "by-weight", 0.5)
+    assert fit.restarted and not seen and fit.source_weights == [0.0] and fit.source_faded.all()
+    assert fit.start_weight == 0.0
+    fit, seen = fitted(4.0, "by-weight", fit.start_weight)
+    assert not fit.restarted and seen[0][0] == 40
+    # With every row kept the same source still trains the model, at its weight.
+    fit, seen = fitted(4.0, "all", 0.5)
+    assert fit.restarted and not fit.source_faded.any() and fit.source_weights[0] > 0

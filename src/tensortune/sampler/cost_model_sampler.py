@@ -27,7 +27,7 @@ from tensortune.sampler.history import History, KnobSpace, design_leads, read_hi
 from tensortune.sampler.proposals import propose_round
 from tensortune.sampler.screening import Screen, recent_pool
 from tensortune.sampler.settings import SEARCHES, RoundSettings, evolve_sizes
-from tensortune.sampler.transfer import AUTO, SOURCE_WEIGHTINGS
+from tensortune.sampler.transfer import AUTO, SOURCE_ROWS, SOURCE_WEIGHTINGS
 from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import random_configs, space_filling, unseen_random_configs
 from tensortune.target import host_cores
@@ -179,6 +179,17 @@ class CostModelSampler(BaseSampler):
             every source weighs nothing the study drops them and first measures the rest of
             the cold study's start-up design. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
+        source_rows: Which source rows a cost model that goes on training from round to round
+            (the TreeGRU) fits on, one of `tensortune.sampler.transfer.SOURCE_ROWS`. Default
+            ``"by-weight"``: each fit draws a share of a source's rows as its weight is worth
+            (``sqrt(weight)`` for the rank loss, every pair then at the weight it had) and
+            leaves out a source whose rows together weigh under
+            `tensortune.sampler.transfer.FADED_SHARE` of the study's own configs (its weight
+            then reads 0, and the study goes on as it was); each source row cost a warm
+            TreeGRU study its full training time at any weight, about half of its wall
+            time on C12 -> C7 (``studies/README.md``, transfer). ``"all"``: every row in every
+            fit at its weight. XGBoost, fit afresh each round in a fraction of a second, always
+            takes every row.
         source_starts: How many of the sources' best configs (see
             `tensortune.sampler.transfer.project_config`) may start annealing chains while the
             study has fewer good configs of its own than restart slots. Default 16, the
@@ -249,6 +260,7 @@ class CostModelSampler(BaseSampler):
         source_studies: Sequence[optuna.Study] | str = (),
         source_half_life: float = 32.0,
         source_weighting: str = SOURCE_WEIGHTINGS[0],
+        source_rows: str = SOURCE_ROWS[0],
         source_starts: int = 16,
         source_startup_share: float = 0.5,
         yield_to_design: bool = False,
@@ -306,6 +318,7 @@ class CostModelSampler(BaseSampler):
             explore_distance=explore_distance,
             source_half_life=source_half_life,
             source_weighting=source_weighting,
+            source_rows=source_rows,
             cost_model=cost_model,
             search=search,
         )
@@ -655,7 +668,7 @@ class CostModelSampler(BaseSampler):
             self._lowered = recent_pool(self._lowered, [history.configs, result.lowered])
         if result.fitted:
             self._model_rows = history.n_finished
-        self.warm.record(result.source_weights)
+        self.warm.record(result.source_weights, result.source_faded)
         self.last_round_restarted = result.restarted
         self._model = result.model
         self._model_start_weight = result.start_weight

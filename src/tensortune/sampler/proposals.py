@@ -18,9 +18,11 @@ from tensortune.sampler.transfer import (
     VALIDATED,
     WEIGHTINGS_AGAINST_OWN,
     SourceRows,
+    faded_sources,
     fit_with_sources,
     judge_taus,
     local_tau,
+    source_row_weights,
     source_weights,
 )
 from tensortune.search import (
@@ -62,6 +64,7 @@ class Round:
             those it let through), for the next rounds' screen.
         start_weight: `Fit.start_weight` of the model (NaN without sources).
         restarted: `Fit.restarted` of the round's fit.
+        source_faded: `Fit.source_faded` of the round's fit.
     """
 
     configs: np.ndarray
@@ -76,6 +79,7 @@ class Round:
     lowered: np.ndarray = dataclasses.field(default_factory=lambda: np.empty((0, 0), np.int64))
     start_weight: float = float("nan")
     restarted: bool = False
+    source_faded: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, bool))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +98,9 @@ class Fit:
             a fresh model, an earlier one's for a model that went on); NaN without sources.
         restarted: Whether a model that would have gone on training was replaced by a fresh
             one because its sources faded (see `fit_cost_model`). Default False.
+        source_faded: Per source workload, whether it left the fit because its rows together
+            weigh too little to count (`tensortune.sampler.transfer.faded_sources`; its weight
+            then reads 0). Default empty: none did, or no sources.
     """
 
     model: CostModel
@@ -103,6 +110,7 @@ class Fit:
     source_weights: np.ndarray
     start_weight: float = float("nan")
     restarted: bool = False
+    source_faded: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, bool))
 
 
 def fit_cost_model(
@@ -130,7 +138,13 @@ def fit_cost_model(
     configs; with ``"relative"`` and ``"outranked"`` against how well those configs rank each
     other (`tensortune.sampler.transfer.local_tau`, a cross-validation of one-member models);
     with ``"validated"``, kept only while that cross-validation ranks them at least as well
-    with the sources in every fold as without."""
+    with the sources in every fold as without.
+
+    A model that goes on training (the TreeGRU) with ``settings.source_rows`` ``"by-weight"``
+    trains on a random share of each source's rows as its weight is worth, and none of a
+    source `tensortune.sampler.transfer.faded_sources` finds faded, whose weight then reads 0
+    (`tensortune.sampler.transfer.source_row_weights`; the draw is seeded by `seed` and the
+    study's count of configs)."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
@@ -170,14 +184,21 @@ def fit_cost_model(
             own_tau=own_tau,
             with_sources_tau=with_tau,
         )
+    row_weights, faded = None, np.zeros(len(weights), bool)
+    if settings.source_rows == "by-weight" and model.warm_start:
+        # A model that goes on training pays for every row in every pass, whatever its weight.
+        faded = faded_sources(weights, prior.rows_per_workload, n_local)
+        weights = np.where(faded, 0.0, weights)
+        draw = np.random.default_rng([seed, n_local])
+        row_weights = source_row_weights(prior, weights, faded, settings.loss, draw)
     restarted = bool(going_on and weights.sum() < start_weight / 2)
     if restarted:
         model = make_cost_model(settings.cost_model, settings.loss, settings.n_models, seed)
         going_on = False
     if not going_on or math.isnan(start_weight):
         start_weight = float(weights.sum())
-    fit_with_sources(model, X, y, prior, weights)
-    return Fit(model, X, y, taus, weights, start_weight, restarted)
+    fit_with_sources(model, X, y, prior, weights, row_weights)
+    return Fit(model, X, y, taus, weights, start_weight, restarted, faded)
 
 
 def chain_starts(
@@ -298,6 +319,7 @@ def propose_round(
         source_weights=fit.source_weights,
         start_weight=fit.start_weight,
         restarted=fit.restarted,
+        source_faded=fit.source_faded,
         fitted=fitted,
         lowered=np.vstack(lowered) if lowered else np.empty((0, len(sizes)), np.int64),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, LOSSES
-from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
+from tensortune.sampler.transfer import SOURCE_ROWS, SOURCE_WEIGHTINGS
 
 #: Searches a round can run: ``"evolve"`` (`tensortune.search.evolve`) or ``"anneal"``
 #: (`tensortune.search.anneal`, AutoTVM's).
@@ -33,6 +33,7 @@ class RoundSettings:
     restart_share: float
     source_half_life: float = 32.0
     source_weighting: str = "evidence"
+    source_rows: str = "by-weight"
     cost_model: str = "xgb"
     search: str = "anneal"
     #: `tensortune.search.evolve`'s sizes per round: (n_fresh, population, children,
@@ -48,6 +49,7 @@ class RoundSettings:
             ("loss", LOSSES),
             ("acquisition", ACQUISITIONS),
             ("source_weighting", SOURCE_WEIGHTINGS),
+            ("source_rows", SOURCE_ROWS),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(

@@ -64,6 +64,21 @@ def weighting_choices() -> str:
     return "; ".join(f"{name}: {line}" for name, line in SOURCE_WEIGHTING_SUMMARIES.items())
 
 
+#: Which source rows a cost model that goes on training from round to round (the TreeGRU:
+#: each fit costs passes over every row it is given) trains on, each with the one line the
+#: docs show; the first is the default. The rule is `source_row_weights`'. ``"all"`` is the
+#: warm start before 2026-12-05; where a source had faded to a few hundredths of a local row,
+#: its rows still cost a warm TreeGRU study as much training time as at full weight.
+SOURCE_ROWS_SUMMARIES = {
+    "by-weight": "a share of each source's rows per fit as its weight is worth, none once its "
+    "rows together weigh under a tenth of the study's own",
+    "all": "every source row in every fit, at its weight",
+}
+SOURCE_ROWS = tuple(SOURCE_ROWS_SUMMARIES)
+#: With ``"by-weight"``, a source whose rows together weigh less than this share of the study's
+#: own measured configs leaves the fit: it moves the ranking by a few per cent at most.
+FADED_SHARE = 0.1
+
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
 WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
 #: The weighting that cross-validates the model with its sources against one without.
@@ -358,12 +373,19 @@ def local_tau(
 
 
 def fit_with_sources(
-    model: CostModel, X: np.ndarray, y: np.ndarray, prior: SourceRows, weights: np.ndarray
+    model: CostModel,
+    X: np.ndarray,
+    y: np.ndarray,
+    prior: SourceRows,
+    weights: np.ndarray,
+    row_weights: np.ndarray | None = None,
 ) -> CostModel:
     """`model` fit on the study's rows `X`, `y` (group 0, weight 1 each) and the `prior` rows,
-    each source workload's rows its own group weighing its entry of `weights`; a workload at
-    0 is left out, not fit at weight 0."""
-    row_weights = weights[prior.groups - 1]  # groups count from 1
+    each source workload's rows its own group weighing its entry of `weights`, or each row its
+    entry of `row_weights` where given (default None: by workload; see `source_row_weights`);
+    a row at 0 is left out, not fit at weight 0."""
+    if row_weights is None:
+        row_weights = weights[prior.groups - 1]  # groups count from 1
     kept = row_weights > 0
     return model.fit(
         np.vstack([X, prior.features[kept]]),
@@ -371,6 +393,44 @@ def fit_with_sources(
         groups=np.concatenate([np.zeros(len(y), np.int64), prior.groups[kept]]),
         sample_weight=np.concatenate([np.ones(len(y)), row_weights[kept]]),
     )
+
+
+def faded_sources(
+    weights: np.ndarray, rows: np.ndarray, n_local: int, share: float = FADED_SHARE
+) -> np.ndarray:
+    """Per source workload, whether its `rows` together weigh (at `weights` each) less than
+    `share` (default `FADED_SHARE`) of the study's `n_local` own configs; none before the
+    study measured any."""
+    return np.asarray(weights) * np.asarray(rows) < share * n_local
+
+
+def source_row_weights(
+    prior: SourceRows,
+    weights: np.ndarray,
+    faded: np.ndarray,
+    loss: str,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Per row of `prior`, its weight in one fit with ``"by-weight"`` source rows: 0 for a
+    workload at weight 0 or `faded` (`faded_sources`); all rows at their weight for one at 1
+    or more; else a random draw of its rows (with `rng`) at weight 1, the rest at 0, so that
+    the fit costs what the workload's weight is worth and, over draws, weighs what it would
+    have at full size. For the rank loss, which compares pairs of one workload's rows, a
+    share ``sqrt(weight)`` of the rows is drawn (a pair is in with probability `weight`,
+    at least one pair); for ``"reg"`` a share `weight`."""
+    out = np.zeros(len(prior))
+    for group, (w, gone) in enumerate(zip(weights, faded, strict=True), start=1):
+        members = np.flatnonzero(prior.groups == group)
+        if w <= 0 or gone or not len(members):
+            continue
+        if w >= 1:
+            out[members] = w
+            continue
+        share = math.sqrt(w) if loss == "rank" else w
+        least = 2 if loss == "rank" else 1
+        count = min(len(members), max(least, round(share * len(members))))
+        out[rng.choice(members, size=count, replace=False)] = 1.0
+    return out
 
 
 def reversed_beyond_chance(taus: np.ndarray, n: int, sigmas: float = REVERSED_SIGMAS) -> np.ndarray:

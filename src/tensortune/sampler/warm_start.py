@@ -59,6 +59,8 @@ class WarmStart:
         self.weights: dict[str, float] = {}
         #: True once every source weighed nothing and the study went on cold.
         self.dropped = False
+        # Whether a source left the last round's fit as faded (`record`).
+        self._faded = False
         #: How many times the study dropped its sources (they may come back, see `use`).
         self.drops = 0
         self._rows: SourceRows | None = None
@@ -171,17 +173,22 @@ class WarmStart:
         rows = rows[: self.n_starts]
         return np.asarray(rows, dtype=np.int64) if rows else None
 
-    def record(self, weights: np.ndarray) -> None:
-        """Keep a model round's weights, one per source workload of `rows`."""
+    def record(self, weights: np.ndarray, faded: np.ndarray | None = None) -> None:
+        """Keep a model round's weights, one per source workload of `rows`, and which of them
+        left the fit as faded (default None: none; see `Fit.source_faded`)."""
         if self._rows is not None:
             self.weights = {
                 key: round(float(w), 4)
                 for key, w in zip(self._rows.workloads, weights, strict=True)
             }
+            self._faded = faded is not None and bool(np.any(faded))
 
     def silent(self) -> bool:
-        """Whether the last round weighed every source at nothing, and they are not dropped."""
-        return bool(self.weights) and not any(self.weights.values()) and not self.dropped
+        """Whether the last round weighed every source at nothing by the evidence of how they
+        rank the study's configs (none had faded, which the study outgrows and keeps
+        searching as it was), and they are not dropped."""
+        weighed_nothing = bool(self.weights) and not any(self.weights.values())
+        return weighed_nothing and not self._faded and not self.dropped
 
     def reset(self, drop: bool = False) -> None:
         """Forget the rows and judges (a new template: they are read again); with `drop`, go
@@ -192,6 +199,7 @@ class WarmStart:
             self.drops += 1
             self._dropped_at = _completed(self.studies)
         self.dropped = drop
+        self._faded = False
         self.weights = {k: 0.0 for k in self.weights if drop}
 
 
