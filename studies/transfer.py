@@ -25,9 +25,6 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-all-rows``: the same with ``source_rows="all"``: a TreeGRU fits on every source row
   in every round, at its weight, however little that is (the warm start before 2026-12-05;
   XGBoost always does, so for it this is ``warm``);
-- ``warm-until-faded``: the same with ``source_rows="until-faded"``: every source row at its
-  weight until the source has faded (its rows together weigh under a tenth of the target's
-  own), then none;
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold
@@ -159,7 +156,6 @@ WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WE
 #: The sampler options other than the source weighting that set a mode apart from ``warm``.
 OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-all-rows": {"source_rows": "all"},
-    "warm-until-faded": {"source_rows": "until-faded"},
     "warm-model": {"source_starts": 0},
     "warm-design": {"source_startup_share": 0.0},
     "warm-yield": {"yield_to_design": True},
@@ -180,7 +176,6 @@ MODES = (
     "warm-knob",
     "warm-unscreened",
     "warm-all-rows",
-    "warm-until-faded",
     "enqueue",
 )
 TRIALS = 64

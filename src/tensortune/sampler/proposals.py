@@ -185,11 +185,10 @@ def fit_cost_model(
             with_sources_tau=with_tau,
         )
     row_weights, faded = None, np.zeros(len(weights), bool)
-    if settings.source_rows != "all" and model.warm_start:
+    if settings.source_rows == "by-weight" and model.warm_start:
         # A model that goes on training pays for every row in every pass, whatever its weight.
         faded = faded_sources(weights, prior.rows_per_workload, n_local)
         weights = np.where(faded, 0.0, weights)
-    if settings.source_rows == "by-weight" and model.warm_start:
         draw = np.random.default_rng([seed, n_local])
         row_weights = source_row_weights(prior, weights, faded, settings.loss, draw)
     restarted = bool(going_on and weights.sum() < start_weight / 2)

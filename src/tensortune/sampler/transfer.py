@@ -72,14 +72,11 @@ def weighting_choices() -> str:
 SOURCE_ROWS_SUMMARIES = {
     "by-weight": "a share of each source's rows per fit as its weight is worth, none once its "
     "rows together weigh under a tenth of the study's own",
-    "until-faded": "every row of a source at its weight, none once its rows together weigh "
-    "under a tenth of the study's own",
     "all": "every source row in every fit, at its weight",
 }
 SOURCE_ROWS = tuple(SOURCE_ROWS_SUMMARIES)
-#: With ``"by-weight"`` or ``"until-faded"``, a source whose rows together weigh less than this
-#: share of the study's own measured configs leaves the fit: it moves the ranking by a few per
-#: cent at most.
+#: With ``"by-weight"``, a source whose rows together weigh less than this share of the study's
+#: own measured configs leaves the fit: it moves the ranking by a few per cent at most.
 FADED_SHARE = 0.1
 
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
