@@ -182,11 +182,10 @@ def _loop_tree_rows(template, n: int, seed: int):
     return configs, rows
 
 
-def test_a_going_on_treegru_starts_afresh_once_its_sources_weigh_half_what_they_did():
-    """Source weights by the decay alone: 0.5 ** (40 / 32) = 0.42 after 40 local configs."""
+def _local_and_source_rows():
+    """40 measured matmul 64 configs (their loop-tree rows by config, `featurize`) and one
+    source workload of 24 rows."""
     from tensortune.sampler.history import History
-    from tensortune.sampler.proposals import fit_cost_model
-    from tensortune.sampler.settings import RoundSettings
     from tensortune.sampler.transfer import SourceRows
 
     template = CpuTemplate(tensortune.get_workload("matmul", M=64, N=64, K=64))
@@ -195,18 +194,28 @@ def test_a_going_on_treegru_starts_afresh_once_its_sources_weigh_half_what_they_
     by_row = {tuple(c): r for c, r in zip(configs.tolist(), rows, strict=True)}
     history = History(configs, np.arange(40.0), set(by_row), 40)
     prior = SourceRows(source, np.linspace(0, 1, 24), np.ones(24, np.int64), ["w"], ["s"])
+
+    def featurize(indices: np.ndarray) -> np.ndarray:
+        return np.array([by_row[tuple(c)] for c in indices.tolist()])
+
+    return history, prior, featurize
+
+
+def test_a_going_on_treegru_starts_afresh_once_its_sources_weigh_half_what_they_did():
+    """Source weights by the decay alone: 0.5 ** (40 / 32) = 0.42 after 40 local configs."""
+    from tensortune.sampler.proposals import fit_cost_model
+    from tensortune.sampler.settings import RoundSettings
+
+    history, prior, featurize = _local_and_source_rows()
     settings = RoundSettings(
         loss="rank", acquisition="mean", n_models=1, batch_size=8, candidate_factor=2.0,
         diversity=None, epsilon=0.0, n_chains=4, anneal_steps=10, restart_share=0.0,
         source_weighting="decay", cost_model="treegru",
     )  # fmt: skip
 
-    def featurize(indices: np.ndarray) -> np.ndarray:
-        return np.array([by_row[tuple(c)] for c in indices.tolist()])
-
     def fitted(start_weight: float):
         going_on = TreeGRUModel(n_models=1, epochs=2, warm_epochs=1, seed=0)
-        going_on.fit(source, np.linspace(0, 1, 24))
+        going_on.fit(prior.features, prior.targets)
         fit = fit_cost_model(history, featurize, settings, 0, prior, going_on, (), start_weight)
         return going_on, fit
 
@@ -225,20 +234,10 @@ def test_a_going_on_treegru_starts_afresh_once_its_sources_weigh_half_what_they_
 
 
 def test_a_going_on_treegru_trains_on_a_weights_worth_of_source_rows_until_they_fade():
-    from tensortune.sampler.history import History
     from tensortune.sampler.proposals import fit_cost_model
     from tensortune.sampler.settings import RoundSettings
-    from tensortune.sampler.transfer import SourceRows
 
-    template = CpuTemplate(tensortune.get_workload("matmul", M=64, N=64, K=64))
-    configs, rows = _loop_tree_rows(template, 40, 0)
-    _, source = _loop_tree_rows(template, 24, 1)
-    by_row = {tuple(c): r for c, r in zip(configs.tolist(), rows, strict=True)}
-    history = History(configs, np.arange(40.0), set(by_row), 40)
-    prior = SourceRows(source, np.linspace(0, 1, 24), np.ones(24, np.int64), ["w"], ["s"])
-
-    def featurize(indices: np.ndarray) -> np.ndarray:
-        return np.array([by_row[tuple(c)] for c in indices.tolist()])
+    history, prior, featurize = _local_and_source_rows()
 
     def fitted(half_life: float, source_rows: str, start_weight: float):
         settings = RoundSettings(
@@ -248,7 +247,7 @@ def test_a_going_on_treegru_trains_on_a_weights_worth_of_source_rows_until_they_
             source_rows=source_rows,
         )  # fmt: skip
         going_on = TreeGRUModel(n_models=1, epochs=2, warm_epochs=1, seed=0)
-        going_on.fit(source, np.linspace(0, 1, 24))
+        going_on.fit(prior.features, prior.targets)
         seen: list[tuple[int, np.ndarray]] = []
         fit_rows = going_on.fit
 
