@@ -185,11 +185,13 @@ class CostModelSampler(BaseSampler):
             (``sqrt(weight)`` for the rank loss, every pair then at the weight it had) and
             leaves out a source whose rows together weigh under
             `tensortune.sampler.transfer.FADED_SHARE` of the study's own configs (its weight
-            then reads 0, and the study goes on as it was); each source row cost a warm
-            TreeGRU study its full training time at any weight, about half of its wall
-            time on C12 -> C7 (``studies/README.md``, transfer). ``"all"``: every row in every
-            fit at its weight. XGBoost, fit afresh each round in a fraction of a second, always
-            takes every row.
+            then reads 0, and the study goes on as it was). With every row, fits with the
+            sources took 57 of a warm TreeGRU study's 104 s on C12 -> C7; by weight, a warm
+            study took 1.49x cold's wall time against 2.07x, and found 1.13x as fast kernels at
+            128 trials pooled over C12 -> C7 and conv2d -> depthwise, though 0.89-0.93x at 32-64
+            on C12 -> C7 (``studies/README.md``, transfer). ``"all"``: every row in every fit at
+            its weight. XGBoost, fit afresh each round in a fraction of a second, always takes
+            every row.
         source_starts: How many of the sources' best configs (see
             `tensortune.sampler.transfer.project_config`) may start annealing chains while the
             study has fewer good configs of its own than restart slots. Default 16, the
