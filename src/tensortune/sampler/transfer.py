@@ -65,10 +65,10 @@ def weighting_choices() -> str:
 
 
 #: Which source rows a cost model that goes on training from round to round (the TreeGRU:
-#: each fit costs passes over every row it is given) trains on, each with the one line the
-#: docs show; the first is the default. The rule is `source_row_weights`'. ``"all"`` is the
-#: warm start before 2026-12-05; where a source had faded to a few hundredths of a local row,
-#: its rows still cost a warm TreeGRU study as much training time as at full weight.
+#: each fit costs passes over every row it is given) trains on, each with what it means; the
+#: first is the default. The rule is `source_row_weights`'. ``"all"`` is the warm start before
+#: 2026-12-05; where a source had faded to a few hundredths of a local row, its rows still
+#: cost a warm TreeGRU study as much training time as at full weight.
 SOURCE_ROWS_SUMMARIES = {
     "by-weight": "a share of each source's rows per fit as its weight is worth, none once its "
     "rows together weigh under a tenth of the study's own",
@@ -76,7 +76,8 @@ SOURCE_ROWS_SUMMARIES = {
 }
 SOURCE_ROWS = tuple(SOURCE_ROWS_SUMMARIES)
 #: With ``"by-weight"``, a source whose rows together weigh less than this share of the study's
-#: own measured configs leaves the fit: it moves the ranking by a few per cent at most.
+#: own measured configs leaves the fit: the study's rows decide the ranking by then, and the
+#: source's would cost training time at any weight.
 FADED_SHARE = 0.1
 
 #: The weightings that compare each source with the study's own ranking (`local_tau`).
