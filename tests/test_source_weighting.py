@@ -139,6 +139,8 @@ def test_a_source_fades_once_its_rows_weigh_under_a_tenth_of_the_studys_own():
     assert FADED_SHARE == 0.1
     # Before the study measured anything no source has faded, whatever its weight.
     assert not faded_sources(np.array([0.0, 1e-6]), rows, 0).any()
+    # Weighing nothing by the evidence is not fading: such sources are dropped, not outgrown.
+    assert faded_sources(np.array([0.0, 0.05]), rows, 104).tolist() == [False, True]
 
 
 def test_by_weight_source_rows_draw_a_weights_worth_of_each_source():

@@ -401,8 +401,10 @@ def faded_sources(
 ) -> np.ndarray:
     """Per source workload, whether its `rows` together weigh (at `weights` each) less than
     `share` (default `FADED_SHARE`) of the study's `n_local` own configs; none before the
-    study measured any."""
-    return np.asarray(weights) * np.asarray(rows) < share * n_local
+    study measured any, and none at weight 0: the evidence ruled that one out, and a study
+    whose sources all are ruled out drops them (`WarmStart.silent`)."""
+    weights = np.asarray(weights)
+    return (weights > 0) & (weights * np.asarray(rows) < share * n_local)
 
 
 def source_row_weights(
