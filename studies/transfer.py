@@ -119,7 +119,8 @@ from results_io import best_so_far, write_csv
 import tensortune
 from tensortune.cost_model import COST_MODELS, DEFAULT_COST_MODEL
 from tensortune.finalists import best_distinct
-from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, project_config
+from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS
+from tensortune.sampler.transfer import project_config
 from tensortune.storage import create_study, open_storage, study_target
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate

@@ -11,7 +11,7 @@ Schemes:
 
 - ``local``: the target's own ``n`` rows only (a cold start);
 - ``joint-hH``: one model on source and local rows, each workload its own rank query, source
-  rows weighted ``0.5 ** (n / H)`` (`tensortune.sampler.transfer.source_weight`);
+  rows weighted ``0.5 ** (n / H)`` (`tensortune.sampler.source_weighting.source_weight`);
 - ``margin``: AutoTVM's: a model fit on the sources gives a base margin, discounted by
   ``0.5 ** (n / 64)``, on which a model of the local rows is boosted.
 
@@ -33,7 +33,8 @@ from results_io import write_csv
 from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall
 from tensortune.features import FeatureExtractor
 from tensortune.sampler.history import KnobSpace, read_history, training_targets
-from tensortune.sampler.transfer import load_sources, source_weight
+from tensortune.sampler.source_weighting import source_weight
+from tensortune.sampler.transfer import load_sources
 from tensortune.storage import study_workload
 from tensortune.templates import CpuTemplate
 from tensortune.tuning import SAMPLERS

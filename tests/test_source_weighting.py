@@ -18,22 +18,21 @@ from tensortune.dashboard import source_weight_rounds, study_note
 from tensortune.features import FeatureExtractor
 from tensortune.sampler import CostModelSampler, proposals
 from tensortune.sampler.history import History, KnobSpace, design_leads
-from tensortune.sampler.transfer import (
+from tensortune.sampler.nearest_studies import find_sources, program_distance
+from tensortune.sampler.source_weighting import (
     FADED_SHARE,
     FULL_TAU,
     MIN_EVIDENCE,
     SOURCE_WEIGHTINGS,
     WEIGHTINGS_AGAINST_OWN,
-    SourceRows,
     faded_sources,
-    find_sources,
     local_tau,
-    program_distance,
     reversed_beyond_chance,
     source_row_weights,
     source_weight,
     source_weights,
 )
+from tensortune.sampler.transfer import SourceRows
 from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import space_filling
 from tensortune.storage import create_study, open_storage, target_key

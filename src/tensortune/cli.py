@@ -19,7 +19,7 @@ from tensortune.cli_model import (
 )
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, DEFAULT_COST_MODEL, LOSSES
 from tensortune.errors import TensortuneError
-from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, weighting_choices
+from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS, weighting_choices
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.templates import SPACES
 from tensortune.tuning import SAMPLERS, make_sampler
@@ -224,7 +224,7 @@ def _print_summary(summary: dict) -> None:
 
 def _tune(args: argparse.Namespace) -> None:
     from tensortune.measure import MeasureSettings
-    from tensortune.sampler.transfer import AUTO, find_sources
+    from tensortune.sampler.nearest_studies import AUTO, find_sources
     from tensortune.storage import best_summary, load_study, open_storage, target_key
     from tensortune.target import target_spec
     from tensortune.tuning import tune

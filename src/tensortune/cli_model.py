@@ -10,7 +10,7 @@ from typing import Any
 
 from tensortune.errors import TensortuneError
 from tensortune.model.tuning import WARM_SOURCES, warm_starts
-from tensortune.sampler.transfer import SOURCE_WEIGHTINGS, weighting_choices
+from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS, weighting_choices
 from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS

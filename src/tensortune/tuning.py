@@ -22,7 +22,9 @@ from tensortune.errors import TensortuneError
 from tensortune.heartbeats import fail_stale_trials
 from tensortune.measure import Measurer, MeasureResult, MeasurerLike, MeasureSettings, RpcDevice
 from tensortune.measure.worker_tasks import flushes_caches
-from tensortune.sampler.transfer import AUTO, SOURCE_WEIGHTINGS, check_sources, find_sources
+from tensortune.sampler.nearest_studies import AUTO, find_sources
+from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS
+from tensortune.sampler.transfer import check_sources
 from tensortune.storage import create_study, find_study, open_storage, target_key
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import SPACES, InvalidConfig, Template, template_for
@@ -179,8 +181,8 @@ def make_sampler(
         cost_model: One of `tensortune.cost_model.COST_MODELS` (``xgb`` or ``treegru``, which
             needs PyTorch); costmodel only. Default None (``xgb``).
         source_weighting: How the `source_studies` weigh, one of
-            `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
-            costmodel only. Default None (``evidence``).
+            `tensortune.sampler.source_weighting.SOURCE_WEIGHTINGS` (see
+            `tensortune.CostModelSampler`); costmodel only. Default None (``evidence``).
     """
     check_sampler(name, seed)
     if name != "costmodel" and (acquisition, loss, cost_model, source_weighting) != (None,) * 4:

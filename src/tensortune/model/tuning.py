@@ -32,7 +32,7 @@ from tensortune.model.tasks import (
     extract_tasks,
     model_rewrites,
 )
-from tensortune.sampler.transfer import SOURCE_WEIGHTINGS
+from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS
 from tensortune.templates.metaschedule import MetaScheduleTemplate
 from tensortune.trial_records import check_same_timing
 
@@ -162,19 +162,19 @@ def tune_model(
             the model that have a measured kernel, as ``--transfer-from`` does for one
             operator: by default those of the same kind
             (`tensortune.model.tasks.ModelTask.kind`), up to
-            `tensortune.sampler.transfer.AUTO_SOURCES` of them, nearest program first
+            `tensortune.sampler.nearest_studies.AUTO_SOURCES` of them, nearest program first
             (`kin_sources`); see `warm_sources`. The ``costmodel`` sampler only; False: each
             task learns from its own trials alone. Default None: on with the ``costmodel``
             sampler, off with the others. On ResNet-18 on a Zen 4 (``studies/README.md``, two
             seeds) it made our build 1.29x and 1.15x as fast as cold tasks' at 500 and 1000
             trials and 1.12x and 1.07x MetaSchedule's, in 1.35-1.70x cold tasks' tuning time.
         source_weighting: How those sources weigh against a task's own trials, one of
-            `tensortune.sampler.transfer.SOURCE_WEIGHTINGS` (see `tensortune.CostModelSampler`);
-            not with cold tasks. Default None: ``"evidence"``, and ``"decay"`` with
-            ``warm_sources="twins"``: a twin has the task's own decisions, and judged on its
-            first 8 trials it ranked the task's no better than chance, so the task dropped it,
-            for 3 of ResNet-18's 8 twin tasks (one seed, ``studies/README.md``; then for good:
-            a dropped source now comes back when it has grown, `WarmStart.use`).
+            `tensortune.sampler.source_weighting.SOURCE_WEIGHTINGS` (see
+            `tensortune.CostModelSampler`); not with cold tasks. Default None: ``"evidence"``, and
+            ``"decay"`` with ``warm_sources="twins"``: a twin has the task's own decisions, and
+            judged on its first 8 trials it ranked the task's no better than chance, so the task
+            dropped it, for 3 of ResNet-18's 8 twin tasks (one seed, ``studies/README.md``; then
+            for good: a dropped source now comes back when it has grown, `WarmStart.use`).
         share_bests: Before each batch of a task, hand it the best config of each other task
             with the same design space (the same convolution with another epilogue, say) that
             it has not tried, as a trial of that batch (`tensortune.model.sharing`); each
@@ -344,9 +344,9 @@ def kin_sources(
 ) -> list[optuna.Study]:
     """The studies task `pick` warm-starts from: those of the other tasks of its kind with a
     measured kernel (`states`, of the tasks at `indices`), nearest program first
-    (`tensortune.sampler.transfer.program_distance`), up to
-    `tensortune.sampler.transfer.AUTO_SOURCES`."""
-    from tensortune.sampler.transfer import AUTO_SOURCES, program_distance
+    (`tensortune.sampler.nearest_studies.program_distance`), up to
+    `tensortune.sampler.nearest_studies.AUTO_SOURCES`."""
+    from tensortune.sampler.nearest_studies import AUTO_SOURCES, program_distance
 
     task = tuning.tasks[pick]
     kin = [

@@ -24,10 +24,11 @@ from tensortune.cost_model import (
     make_cost_model,
 )
 from tensortune.sampler.history import History, KnobSpace, design_leads, read_history
+from tensortune.sampler.nearest_studies import AUTO
 from tensortune.sampler.proposals import propose_round
 from tensortune.sampler.screening import Screen, recent_pool
 from tensortune.sampler.settings import SEARCHES, RoundSettings, evolve_sizes
-from tensortune.sampler.transfer import AUTO, SOURCE_ROWS, SOURCE_WEIGHTINGS
+from tensortune.sampler.source_weighting import SOURCE_ROWS, SOURCE_WEIGHTINGS
 from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import random_configs, space_filling, unseen_random_configs
 from tensortune.target import host_cores
@@ -143,8 +144,8 @@ class CostModelSampler(BaseSampler):
             nearest measured config; the templates have 8-11 knobs.
         source_studies: Prior tensortune studies to learn from, from any storage, of any
             workload measured on the study's target, or ``"auto"``: those of the study's own
-            storage, nearest program first (`tensortune.sampler.transfer.find_sources`, at
-            most `tensortune.sampler.transfer.AUTO_SOURCES`), found when the study's first
+            storage, nearest program first (`tensortune.sampler.nearest_studies.find_sources`, at
+            most `tensortune.sampler.nearest_studies.AUTO_SOURCES`), found when the study's first
             config is asked for (`tensortune.tune` finds them before it starts, and keeps
             their names in the study's ``transfer_sources`` user attr). Default ``()``: a cold
             start. They are
@@ -156,11 +157,11 @@ class CostModelSampler(BaseSampler):
             (``studies/transfer_model.py``) half-lives from 8 to infinity ranked alike up to
             32 local trials, and 32 leaves the sources a quarter of a local row's weight at 64.
         source_weighting: How source rows weigh, one of
-            `tensortune.sampler.transfer.SOURCE_WEIGHTINGS`. Default ``"evidence"``: once the
-            study measured `tensortune.sampler.transfer.MIN_EVIDENCE` configs, a model of each
-            source workload alone ranks them, and the source keeps its decayed weight in
+            `tensortune.sampler.source_weighting.SOURCE_WEIGHTINGS`. Default ``"evidence"``: once
+            the study measured `tensortune.sampler.source_weighting.MIN_EVIDENCE` configs, a model
+            of each source workload alone ranks them, and the source keeps its decayed weight in
             proportion to that ranking's Kendall tau (full from
-            `tensortune.sampler.transfer.FULL_TAU`, none at or below 0), so a source that
+            `tensortune.sampler.source_weighting.FULL_TAU`, none at or below 0), so a source that
             misleads stops counting; ``"relative"``: the same, but full trust needs a tau
             as high as the study's own configs reach on each other (cross-validated, 4 more
             one-member fits a round where the evidence left a source any weight), so sources
@@ -170,7 +171,7 @@ class CostModelSampler(BaseSampler):
             ``"shared"``: the evidence's weights split among the source workloads;
             ``"decay"``: the half-life alone; ``"guarded"``: the half-life alone, and nothing
             for a source that ranks them reversed beyond chance
-            (`tensortune.sampler.transfer.reversed_beyond_chance`); ``"validated"``: the
+            (`tensortune.sampler.source_weighting.reversed_beyond_chance`); ``"validated"``: the
             evidence's weights while a model trained with them ranks the study's held-out
             configs at least as well as one without (the same 4 folds, 8 more one-member
             fits a round), none once it ranks them worse; ``"capped"``: the evidence's
@@ -180,11 +181,11 @@ class CostModelSampler(BaseSampler):
             the cold study's start-up design. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
         source_rows: Which source rows a cost model that goes on training from round to round
-            (the TreeGRU) fits on, one of `tensortune.sampler.transfer.SOURCE_ROWS`. Default
+            (the TreeGRU) fits on, one of `tensortune.sampler.source_weighting.SOURCE_ROWS`. Default
             ``"by-weight"``: each fit draws a share of a source's rows as its weight is worth
             (``sqrt(weight)`` for the rank loss, every pair then at the weight it had) and
             leaves out a source whose rows together weigh under
-            `tensortune.sampler.transfer.FADED_SHARE` of the study's own configs (its weight
+            `tensortune.sampler.source_weighting.FADED_SHARE` of the study's own configs (its weight
             then reads 0, and the study goes on as it was). With every row, fits with the
             sources took 57 of a warm TreeGRU study's 104 s on C12 -> C7; by weight, a warm
             study took 1.49x cold's wall time against 2.07x, and found 1.13x as fast kernels at

@@ -13,11 +13,10 @@ from tensortune.cost_model import CostModel, acquire, make_cost_model
 from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.screening import Screen, fit_screen, screened
 from tensortune.sampler.settings import RoundSettings
-from tensortune.sampler.transfer import (
+from tensortune.sampler.source_weighting import (
     MIN_EVIDENCE,
     VALIDATED,
     WEIGHTINGS_AGAINST_OWN,
-    SourceRows,
     faded_sources,
     fit_with_sources,
     judge_taus,
@@ -25,6 +24,7 @@ from tensortune.sampler.transfer import (
     source_row_weights,
     source_weights,
 )
+from tensortune.sampler.transfer import SourceRows
 from tensortune.search import (
     AnnealResult,
     EvolveResult,
@@ -93,14 +93,14 @@ class Fit:
         source_taus: Per source workload, how well its judge ranks ``rows`` (NaN: not yet);
             empty without sources.
         source_weights: Per source workload, the weight of one of its rows next to a local
-            row's 1 (`tensortune.sampler.transfer.source_weights`); empty without sources.
+            row's 1 (`tensortune.sampler.source_weighting.source_weights`); empty without sources.
         start_weight: The sources' summed weight when `model` began training (this fit's for
             a fresh model, an earlier one's for a model that went on); NaN without sources.
         restarted: Whether a model that would have gone on training was replaced by a fresh
             one because its sources faded (see `fit_cost_model`). Default False.
         source_faded: Per source workload, whether it left the fit because its rows together
-            weigh too little to count (`tensortune.sampler.transfer.faded_sources`; its weight
-            then reads 0). Default empty: none did, or no sources.
+            weigh too little to count (`tensortune.sampler.source_weighting.faded_sources`;
+            its weight then reads 0). Default empty: none did, or no sources.
     """
 
     model: CostModel
@@ -131,20 +131,20 @@ def fit_cost_model(
     weights however little their rows weigh now.
 
     Each source workload is its own rank query and its rows weigh
-    `tensortune.sampler.transfer.source_weights` of a local row's weight
+    `tensortune.sampler.source_weighting.source_weights` of a local row's weight
     (``settings.source_weighting``): a decay as the study measures more of its own, times,
     with ``"evidence"``, how well that source's `judges` (one model per source workload,
-    `tensortune.sampler.transfer.fit_judges`; default none: no evidence) rank the study's own
-    configs; with ``"relative"`` and ``"outranked"`` against how well those configs rank each
-    other (`tensortune.sampler.transfer.local_tau`, a cross-validation of one-member models);
-    with ``"validated"``, kept only while that cross-validation ranks them at least as well
+    `tensortune.sampler.source_weighting.fit_judges`; default none: no evidence) rank the study's
+    own configs; with ``"relative"`` and ``"outranked"`` against how well those configs rank each
+    other (`tensortune.sampler.source_weighting.local_tau`, a cross-validation of one-member
+    models); with ``"validated"``, kept only while that cross-validation ranks them at least as well
     with the sources in every fold as without.
 
     A model that goes on training (the TreeGRU) with ``settings.source_rows`` ``"by-weight"``
     trains on a random share of each source's rows as its weight is worth, and none of a
-    source `tensortune.sampler.transfer.faded_sources` finds faded, whose weight then reads 0
-    (`tensortune.sampler.transfer.source_row_weights`; the draw is seeded by `seed` and the
-    study's count of configs)."""
+    source `tensortune.sampler.source_weighting.faded_sources` finds faded, whose weight then
+    reads 0 (`tensortune.sampler.source_weighting.source_row_weights`; the draw is seeded by
+    `seed` and the study's count of configs)."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)

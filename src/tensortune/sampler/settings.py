@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tensortune.cost_model import ACQUISITIONS, COST_MODELS, LOSSES
-from tensortune.sampler.transfer import SOURCE_ROWS, SOURCE_WEIGHTINGS
+from tensortune.sampler.source_weighting import SOURCE_ROWS, SOURCE_WEIGHTINGS
 
 #: Searches a round can run: ``"evolve"`` (`tensortune.search.evolve`) or ``"anneal"``
 #: (`tensortune.search.anneal`, AutoTVM's).

@@ -18,12 +18,11 @@ import optuna
 from optuna.trial import TrialState
 
 from tensortune.errors import TensortuneError
+from tensortune.sampler.nearest_studies import AUTO, find_sources
+from tensortune.sampler.source_weighting import fit_judges
 from tensortune.sampler.transfer import (
-    AUTO,
     SourceRows,
     check_sources,
-    find_sources,
-    fit_judges,
     load_sources,
     project_config,
     same_space,
@@ -46,7 +45,7 @@ class WarmStart:
     """The sources of one study.
 
     Args:
-        studies: Prior studies, or `tensortune.sampler.transfer.AUTO` to find them in the
+        studies: Prior studies, or `tensortune.sampler.nearest_studies.AUTO` to find them in the
             study's own storage on first use (`resolve`).
         n_starts: How many of the sources' best configs may seed the search (`starts`).
     """
@@ -96,7 +95,7 @@ class WarmStart:
         return _completed(self.studies) >= READMIT_GROWTH * max(self._dropped_at, 1)
 
     def resolve(self, study: optuna.Study, workload: Workload) -> None:
-        """Replace `AUTO` by the studies `tensortune.sampler.transfer.find_sources` finds in
+        """Replace `AUTO` by the studies `tensortune.sampler.nearest_studies.find_sources` finds in
         the study's own storage (none where the study records no target)."""
         if self.studies != AUTO:
             return
