@@ -274,3 +274,7 @@ def test_a_going_on_treegru_trains_on_a_weights_worth_of_source_rows_until_they_
     # With every row kept the same source still trains the model, at its weight.
     fit, seen = fitted(4.0, "all", 0.5)
     assert fit.restarted and not fit.source_faded.any() and fit.source_weights[0] > 0
+    # Drawn without the fade it goes on training the model, on a pair of its rows at least.
+    fit, seen = fitted(4.0, "drawn", float("nan"))
+    assert not fit.source_faded.any() and fit.source_weights[0] == pytest.approx(0.5**10)
+    assert not fit.restarted and seen[0][0] == 42 and set(seen[0][1]) == {1.0}

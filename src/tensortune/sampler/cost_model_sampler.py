@@ -190,9 +190,9 @@ class CostModelSampler(BaseSampler):
             sources took 57 of a warm TreeGRU study's 104 s on C12 -> C7; by weight, a warm
             study took 1.49x cold's wall time against 2.07x, and found 1.13x as fast kernels at
             128 trials pooled over C12 -> C7 and conv2d -> depthwise, though 0.89-0.93x at 32-64
-            on C12 -> C7 (``studies/README.md``, transfer). ``"all"``: every row in every fit at
-            its weight. XGBoost, fit afresh each round in a fraction of a second, always takes
-            every row.
+            on C12 -> C7 (``studies/README.md``, transfer). ``"drawn"``: the same draw, and no
+            source fades. ``"all"``: every row in every fit at its weight. XGBoost, fit
+            afresh each round in a fraction of a second, always takes every row.
         source_starts: How many of the sources' best configs (see
             `tensortune.sampler.transfer.project_config`) may start annealing chains while the
             study has fewer good configs of its own than restart slots. Default 16, the

@@ -14,6 +14,7 @@ from tensortune.sampler.history import History, training_targets
 from tensortune.sampler.screening import Screen, fit_screen, screened
 from tensortune.sampler.settings import RoundSettings
 from tensortune.sampler.source_weighting import (
+    DRAWN_SOURCE_ROWS,
     MIN_EVIDENCE,
     VALIDATED,
     WEIGHTINGS_AGAINST_OWN,
@@ -144,7 +145,8 @@ def fit_cost_model(
     trains on a random share of each source's rows as its weight is worth, and none of a
     source `tensortune.sampler.source_weighting.faded_sources` finds faded, whose weight then
     reads 0 (`tensortune.sampler.source_weighting.source_row_weights`; the draw is seeded by
-    `seed` and the study's count of configs)."""
+    `seed` and the study's count of configs); with ``"drawn"`` the same draw, and no source
+    fades."""
     features = featurize(history.configs)
     targets = training_targets(history.values)
     usable = ~np.isnan(features).any(axis=1)
@@ -185,10 +187,11 @@ def fit_cost_model(
             with_sources_tau=with_tau,
         )
     row_weights, faded = None, np.zeros(len(weights), bool)
-    if settings.source_rows == "by-weight" and model.warm_start:
+    if settings.source_rows in DRAWN_SOURCE_ROWS and model.warm_start:
         # A model that goes on training pays for every row in every pass, whatever its weight.
-        faded = faded_sources(weights, prior.rows_per_workload, n_local)
-        weights = np.where(faded, 0.0, weights)
+        if settings.source_rows == "by-weight":
+            faded = faded_sources(weights, prior.rows_per_workload, n_local)
+            weights = np.where(faded, 0.0, weights)
         draw = np.random.default_rng([seed, n_local])
         row_weights = source_row_weights(prior, weights, faded, settings.loss, draw)
     restarted = bool(going_on and weights.sum() < start_weight / 2)

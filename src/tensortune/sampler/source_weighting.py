@@ -56,12 +56,17 @@ def weighting_choices() -> str:
 #: each fit costs passes over every row it is given) trains on, each with what it means; the
 #: first is the default. The rule is `source_row_weights`'. ``"all"`` is the warm start before
 #: 2026-12-05; where a source had faded to a few hundredths of a local row, its rows still
-#: cost a warm TreeGRU study as much training time as at full weight.
+#: cost a warm TreeGRU study as much training time as at full weight. ``"drawn"`` keeps the
+#: draw without the fade (`faded_sources`), for a source whose faint late pull still helps.
 SOURCE_ROWS_SUMMARIES = {
     "by-weight": "a share of each source's rows per fit as its weight is worth, none once its "
     "rows together weigh under a tenth of the study's own",
+    "drawn": "a share of each source's rows per fit as its weight is worth, however little "
+    "that is",
     "all": "every source row in every fit, at its weight",
 }
+#: The source rows that are drawn by weight (`source_row_weights`) rather than all taken.
+DRAWN_SOURCE_ROWS = ("by-weight", "drawn")
 SOURCE_ROWS = tuple(SOURCE_ROWS_SUMMARIES)
 #: With ``"by-weight"``, a source whose rows together weigh less than this share of the study's
 #: own measured configs leaves the fit: the study's rows decide the ranking by then, and the
