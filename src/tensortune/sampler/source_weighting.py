@@ -61,8 +61,7 @@ def weighting_choices() -> str:
 SOURCE_ROWS_SUMMARIES = {
     "by-weight": "a share of each source's rows per fit as its weight is worth, none once its "
     "rows together weigh under a tenth of the study's own",
-    "drawn": "a share of each source's rows per fit as its weight is worth, however little "
-    "that is",
+    "drawn": "a share of each source's rows per fit as its weight is worth, however little that is",
     "all": "every source row in every fit, at its weight",
 }
 #: The source rows that are drawn by weight (`source_row_weights`) rather than all taken.
