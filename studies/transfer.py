@@ -25,9 +25,10 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-all-rows``: the same with ``source_rows="all"``: a TreeGRU fits on every source row
   in every round, at its weight, however little that is (the warm start before 2026-12-05;
   XGBoost always does, so for it this is ``warm``);
-- ``warm-drawn``: the same with ``source_rows="drawn"``: a TreeGRU draws a weight's worth of
-  each source's rows as ``warm`` does, and keeps drawing them however little they weigh, where
-  ``warm`` drops a source whose rows weigh under a tenth of the target's own;
+- ``warm-by-weight``: the same with ``source_rows="by-weight"``: a TreeGRU draws a weight's
+  worth of each source's rows as ``warm`` does, and drops a source once its rows weigh under a
+  tenth of the target's own (the default before 2026-12-05's evening, when this mode was
+  ``warm`` and ``warm-drawn`` was today's ``warm``);
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold
@@ -160,7 +161,7 @@ WEIGHTING_OF_MODE = {f"warm-{w}": w for w in SOURCE_WEIGHTINGS if w != SOURCE_WE
 #: The sampler options other than the source weighting that set a mode apart from ``warm``.
 OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-all-rows": {"source_rows": "all"},
-    "warm-drawn": {"source_rows": "drawn"},
+    "warm-by-weight": {"source_rows": "by-weight"},
     "warm-model": {"source_starts": 0},
     "warm-design": {"source_startup_share": 0.0},
     "warm-yield": {"yield_to_design": True},
@@ -181,7 +182,7 @@ MODES = (
     "warm-knob",
     "warm-unscreened",
     "warm-all-rows",
-    "warm-drawn",
+    "warm-by-weight",
     "enqueue",
 )
 TRIALS = 64

@@ -182,17 +182,18 @@ class CostModelSampler(BaseSampler):
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
         source_rows: Which source rows a cost model that goes on training from round to round
             (the TreeGRU) fits on, one of `tensortune.sampler.source_weighting.SOURCE_ROWS`. Default
-            ``"by-weight"``: each fit draws a share of a source's rows as its weight is worth
-            (``sqrt(weight)`` for the rank loss, every pair then at the weight it had) and
-            leaves out a source whose rows together weigh under
-            `tensortune.sampler.source_weighting.FADED_SHARE` of the study's own configs (its weight
-            then reads 0, and the study goes on as it was). With every row, fits with the
-            sources took 57 of a warm TreeGRU study's 104 s on C12 -> C7; by weight, a warm
-            study took 1.49x cold's wall time against 2.07x, and found 1.13x as fast kernels at
-            128 trials pooled over C12 -> C7 and conv2d -> depthwise, though 0.89-0.93x at 32-64
-            on C12 -> C7 (``studies/README.md``, transfer). ``"drawn"``: the same draw, and no
-            source fades. ``"all"``: every row in every fit at its weight. XGBoost, fit
-            afresh each round in a fraction of a second, always takes every row.
+            ``"drawn"``: each fit draws a share of a source's rows as its weight is worth
+            (``sqrt(weight)`` for the rank loss, every pair then at the weight it had), however
+            little that is. With every row, fits with the sources took 57 of a warm TreeGRU
+            study's 104 s on C12 -> C7; drawn by weight with the fade, a warm study took 1.49x
+            cold's wall time there against 2.07x; without it, 1.08x as long again on
+            leave-one-out C2 (``studies/README.md``, transfer). ``"by-weight"``: the same draw,
+            and a source whose rows together weigh under
+            `tensortune.sampler.source_weighting.FADED_SHARE` of the study's own configs leaves
+            the fit (its weight then reads 0); over three pairs it found level at 16-64 trials
+            and 0.93x [0.85, 1.01] as fast kernels at 128. ``"all"``: every row in every fit at
+            its weight. XGBoost, fit afresh each round in a fraction of a second, always takes
+            every row.
         source_starts: How many of the sources' best configs (see
             `tensortune.sampler.transfer.project_config`) may start annealing chains while the
             study has fewer good configs of its own than restart slots. Default 16, the

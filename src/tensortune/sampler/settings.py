@@ -33,7 +33,7 @@ class RoundSettings:
     restart_share: float
     source_half_life: float = 32.0
     source_weighting: str = "evidence"
-    source_rows: str = "by-weight"
+    source_rows: str = "drawn"
     cost_model: str = "xgb"
     search: str = "anneal"
     #: `tensortune.search.evolve`'s sizes per round: (n_fresh, population, children,

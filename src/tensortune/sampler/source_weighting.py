@@ -6,8 +6,9 @@ own measured configs). The default then follows the evidence: once the study has
 ranks them, and the source weighs in proportion to that ranking's Kendall tau (`judge_taus`),
 down to nothing for a source whose ranking is no better than chance or reversed
 (`source_weights`). A cost model that goes on training from round to round takes a draw of a
-source's rows as large as its weight is worth (`source_row_weights`) and none once it has
-faded (`faded_sources`). The rows themselves come from `tensortune.sampler.transfer`.
+source's rows as large as its weight is worth (`source_row_weights`), with ``"by-weight"``
+rows none once it has faded (`faded_sources`). The rows themselves come from
+`tensortune.sampler.transfer`.
 """
 
 from __future__ import annotations
@@ -56,16 +57,18 @@ def weighting_choices() -> str:
 #: each fit costs passes over every row it is given) trains on, each with what it means; the
 #: first is the default. The rule is `source_row_weights`'. ``"all"`` is the warm start before
 #: 2026-12-05; where a source had faded to a few hundredths of a local row, its rows still
-#: cost a warm TreeGRU study as much training time as at full weight. ``"drawn"`` keeps the
-#: draw without the fade (`faded_sources`), for a source whose faint late pull still helps.
+#: cost a warm TreeGRU study as much training time as at full weight. ``"by-weight"``, the
+#: default before ``"drawn"``, also drops a source once it has faded (`faded_sources`): that
+#: cut a faint late pull that still helped, and saved little, a faded source's draw being a few
+#: dozen rows (``studies/README.md``, source rows drawn without the fade).
 SOURCE_ROWS_SUMMARIES = {
+    "drawn": "a share of each source's rows per fit as its weight is worth, however little that is",
     "by-weight": "a share of each source's rows per fit as its weight is worth, none once its "
     "rows together weigh under a tenth of the study's own",
-    "drawn": "a share of each source's rows per fit as its weight is worth, however little that is",
     "all": "every source row in every fit, at its weight",
 }
 #: The source rows that are drawn by weight (`source_row_weights`) rather than all taken.
-DRAWN_SOURCE_ROWS = ("by-weight", "drawn")
+DRAWN_SOURCE_ROWS = ("drawn", "by-weight")
 SOURCE_ROWS = tuple(SOURCE_ROWS_SUMMARIES)
 #: With ``"by-weight"``, a source whose rows together weigh less than this share of the study's
 #: own measured configs leaves the fit: the study's rows decide the ranking by then, and the
