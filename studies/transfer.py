@@ -27,8 +27,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   XGBoost always does, so for it this is ``warm``);
 - ``warm-by-weight``: the same with ``source_rows="by-weight"``: a TreeGRU draws a weight's
   worth of each source's rows as ``warm`` does, and drops a source once its rows weigh under a
-  tenth of the target's own (the default before 2026-12-05's evening, when this mode was
-  ``warm`` and ``warm-drawn`` was today's ``warm``);
+  tenth of the target's own (the default until the evening of 2026-12-05; results written
+  before then call this mode ``warm``, and today's ``warm`` ``warm-drawn``);
 - ``warm-model``: the same with ``source_starts=0``: the sources train the model, but their
   best configs do not start annealing chains;
 - ``warm-design``: the same with ``source_startup_share=0``: the first 16 trials are the cold
