@@ -22,6 +22,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   one without;
 - ``warm-capped``: the same with ``source_weighting="capped"``: the evidence's weights, scaled
   so that the sources' rows together never outweigh the target's own measured configs;
+- ``warm-top``: the same with ``source_weighting="top"``: the evidence's
+  rule, each source judged by a tau that weighs pairs near the top of the ranking more, so a
+  source that sorts good configs from poor ones but not the best among the good keeps less;
 - ``warm-all-rows``: the same with ``source_rows="all"``: a TreeGRU fits on every source row
   in every round, at its weight, however little that is (the warm start before 2026-12-05;
   XGBoost always does, so for it this is ``warm``);
@@ -236,6 +239,27 @@ def sampler_options(mode: str) -> dict[str, object]:
     return {"source_weighting": weighting, **OPTIONS_OF_MODE.get(mode, {})}
 
 
+def target_study_name(
+    pair: str,
+    target: str,
+    mode: str,
+    seed: int,
+    trials: int,
+    cost_model: str = "xgb",
+    source_trials: int = SOURCE_TRIALS,
+) -> str:
+    """The name of `target`'s study in `mode` for `pair` (arguments as `run_target`'s)."""
+    # Cold studies depend on the target only: pairs with one target share them.
+    name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
+    if cost_model != "xgb":
+        name = f"{cost_model}:{name}"
+    if trials != TRIALS:  # a finished study of another length is not this one
+        name += f"/n{trials}"
+    if mode != "cold" and source_trials != SOURCE_TRIALS:  # nor one from other sources
+        name += f"/src{source_trials}"
+    return name
+
+
 def run_target(
     pair: str,
     target: str,
@@ -251,14 +275,7 @@ def run_target(
     """The finished study of `target` in `mode` (see the module docstring), run first where
     missing, with `cost_model` (default "xgb"), the measurement cache `cache` (default None:
     none) and `sources` of `source_trials` trials each (default `SOURCE_TRIALS`)."""
-    # Cold studies depend on the target only: pairs with one target share them.
-    name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
-    if cost_model != "xgb":
-        name = f"{cost_model}:{name}"
-    if trials != TRIALS:  # a finished study of another length is not this one
-        name += f"/n{trials}"
-    if mode != "cold" and source_trials != SOURCE_TRIALS:  # nor one from other sources
-        name += f"/src{source_trials}"
+    name = target_study_name(pair, target, mode, seed, trials, cost_model, source_trials)
     study = finished(storage, name)
     if study is not None:
         return study

@@ -10,7 +10,7 @@ from tensortune.cost_model.acquisition import (
 )
 from tensortune.cost_model.cost_model import LOSSES, CostModel
 from tensortune.cost_model.ensemble import BootstrapEnsemble
-from tensortune.cost_model.evaluation import kendall_tau, top_k_recall
+from tensortune.cost_model.evaluation import kendall_tau, top_k_recall, top_weighted_tau
 from tensortune.cost_model.xgb import BootstrapXGBModel
 
 #: Cost models by name, with the feature set each reads by default; the first is the default.
@@ -45,5 +45,6 @@ __all__ = [
     "kendall_tau",
     "make_cost_model",
     "top_k_recall",
+    "top_weighted_tau",
     "upper_confidence_bound",
 ]

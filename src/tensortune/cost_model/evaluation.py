@@ -12,6 +12,16 @@ def kendall_tau(scores: np.ndarray, truth: np.ndarray) -> float:
     return float(kendalltau(scores, truth).statistic)
 
 
+def top_weighted_tau(scores: np.ndarray, truth: np.ndarray) -> float:
+    """Kendall's tau with each pair weighed by how near the top its configs rank (scipy's
+    `weightedtau`, hyperbolic weights ``1 / (rank + 1)``, averaged over the ranking by the
+    scores and the one by the true values): 1 where the best configs are ordered as measured,
+    whatever happens among the poor ones. A search only acts on the top of a ranking."""
+    from scipy.stats import weightedtau
+
+    return float(weightedtau(scores, truth).statistic)
+
+
 def top_k_recall(scores: np.ndarray, truth: np.ndarray, fraction: float = 0.1) -> float:
     """Share of the truly best ``fraction`` of configs that the scores also put in their best
     ``fraction`` (default 0.1: a search measures only the top of what the model proposes)."""
