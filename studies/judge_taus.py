@@ -1,6 +1,7 @@
 """Judges' taus: how well a model trained on one source alone ranks a target's own configs, by
-Kendall's tau (what the ``"evidence"`` weighting reads) and by the top-weighted tau (``"top"``,
-`tensortune.cost_model.top_weighted_tau`), after 16, 32 and 64 of the target's configs.
+Kendall's tau (what the ``"evidence"`` weighting reads) and by a tau that weighs pairs near the
+top more (`tensortune.cost_model.top_weighted_tau`), after 16, 32 and 64 of the target's
+configs.
 
 A weighting that tells sources apart gives another shape of the same operator a high tau and an
 unrelated operator a low one. This fits no study: it reads the target studies of one mode
@@ -9,8 +10,9 @@ configs no source chose) that ``transfer.py`` left in ``--work`` and the source 
 ``--sources``, fits a one-member judge per source workload and seed (seeded as the sampler
 seeds it, by the study's seed), and writes under ``--out``:
 
-- ``judge_taus.csv``: a row per pair, seed, source and n: both taus and the weight each
-  weighting would give (the half-life's decay times ``clip(tau / FULL_TAU, 0, 1)``);
+- ``judge_taus.csv``: a row per pair, seed, source and n: both taus and the weight the
+  evidence's rule would give on each (the half-life's decay times ``clip(tau / FULL_TAU, 0,
+  1)``);
 - ``judge_taus.md``: per pair, source and n, the median over seeds of each, with every seed.
 
     python studies/judge_taus.py --pairs loo-c2 c12-to-c7 depthwise-to-matmul \\
@@ -29,7 +31,7 @@ from common import study_name
 from results_io import write_csv
 from transfer import PAIRS, SOURCE_TRIALS, target_study_name
 
-from tensortune.cost_model import COST_MODELS, LOSSES, make_cost_model
+from tensortune.cost_model import COST_MODELS, LOSSES, make_cost_model, top_weighted_tau
 from tensortune.errors import TensortuneError
 from tensortune.sampler.settings import RoundSettings
 from tensortune.sampler.source_weighting import fit_judges, judge_taus, source_weights
@@ -62,9 +64,13 @@ def pair_rows(
         judges = fit_judges(prior, lambda: make_cost_model(cost_model, LOSSES[0], 1, seed))  # noqa: B023
         for n in CHECKPOINTS:
             X, y = own.features[:n], own.targets[:n]
-            plain, top = judge_taus(judges, X, y), judge_taus(judges, X, y, top_weighted=True)
+            plain = judge_taus(judges, X, y)
+            top = np.array([
+                np.nan if judge is None else top_weighted_tau(judge.predict(X)[0], y)
+                for judge in judges
+            ])  # fmt: skip
             by_plain = source_weights(plain, n, half_life, "evidence")
-            by_top = source_weights(top, n, half_life, "top")
+            by_top = source_weights(top, n, half_life, "evidence")
             for i, workload in enumerate(prior.workloads):
                 rows.append({
                     "pair": pair, "mode": mode, "cost_model": cost_model, "seed": seed,

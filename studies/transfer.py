@@ -22,9 +22,6 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   one without;
 - ``warm-capped``: the same with ``source_weighting="capped"``: the evidence's weights, scaled
   so that the sources' rows together never outweigh the target's own measured configs;
-- ``warm-top``: the same with ``source_weighting="top"``: the evidence's
-  rule, each source judged by a tau that weighs pairs near the top of the ranking more, so a
-  source that sorts good configs from poor ones but not the best among the good keeps less;
 - ``warm-all-rows``: the same with ``source_rows="all"``: a TreeGRU fits on every source row
   in every round, at its weight, however little that is (the warm start before 2026-12-05;
   XGBoost always does, so for it this is ``warm``);

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tensortune
-from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall
+from tensortune.cost_model import BootstrapXGBModel, kendall_tau, top_k_recall, top_weighted_tau
 from tensortune.features import FeatureExtractor
 from tensortune.sampler.history import training_targets
 from tensortune.templates import CpuTemplate
@@ -65,6 +65,18 @@ def test_regression_loss_ranks_too():
     X, y = load("conv2d_a.json")
     tau, _ = median_quality(X, y, loss="reg")
     assert tau > TAU_FLOOR / 2
+
+
+def test_the_top_weighted_tau_reads_the_best_configs_order_first():
+    y = np.linspace(0.05, 1.0, 20)
+    # The poor half reversed, or the best half: one plain Kendall's tau for both, while the
+    # top-weighted tau is high for the first and low for the second.
+    bottom_reversed = np.concatenate([y[:10][::-1], y[10:]])
+    top_reversed = np.concatenate([y[:10], y[10:][::-1]])
+    assert kendall_tau(bottom_reversed, y) == pytest.approx(kendall_tau(top_reversed, y))
+    assert top_weighted_tau(top_reversed, y) < 0.3 < 0.7 < top_weighted_tau(bottom_reversed, y)
+    assert top_weighted_tau(y, y) == pytest.approx(1.0)
+    assert top_weighted_tau(-y, y) == pytest.approx(-1.0)
 
 
 @pytest.mark.slow

@@ -26,7 +26,6 @@ from tensortune.sampler.source_weighting import (
     SOURCE_WEIGHTINGS,
     WEIGHTINGS_AGAINST_OWN,
     faded_sources,
-    judge_taus,
     local_tau,
     reversed_beyond_chance,
     source_row_weights,
@@ -129,37 +128,6 @@ def test_capped_weights_never_let_the_sources_outweigh_the_studys_own_rows():
         [source_weight(4, 32.0)] * 3
     )
     assert source_weights(taus, 16, 32.0, "capped") == pytest.approx(evidence)
-
-
-class _Ranking:
-    """A judge that scores the study's rows as given, whatever their features."""
-
-    def __init__(self, scores):
-        self.scores = np.asarray(scores, dtype=float)
-
-    def predict(self, X):
-        return self.scores[: len(X)], np.zeros(len(X))
-
-
-def test_top_weighted_taus_judge_a_source_by_the_studys_best_configs():
-    y = np.linspace(0.05, 1.0, 20)
-    X = np.zeros((20, 1))
-    # One source orders the poor half as measured and the best half reversed, the other the
-    # reverse: plain Kendall's tau cannot tell them apart, the top-weighted tau can.
-    top_reversed = np.concatenate([y[:10], y[10:][::-1]])
-    bottom_reversed = np.concatenate([y[:10][::-1], y[10:]])
-    judges = [_Ranking(top_reversed), _Ranking(bottom_reversed), None]
-    plain = judge_taus(judges, X, y)
-    assert plain[0] == pytest.approx(plain[1])
-    top = judge_taus(judges, X, y, top_weighted=True)
-    assert top[0] < FULL_TAU / 2 < FULL_TAU < top[1] < 1.0
-    assert np.isnan(plain[2]) and np.isnan(top[2])
-    # The weighting reads them with the evidence's rule: the source that misorders the best
-    # configs keeps under half its weight, the other all of it.
-    weights = source_weights(top, 20, 32.0, "top")
-    assert weights[1] == pytest.approx(source_weight(20, 32.0))
-    assert weights[0] < source_weight(20, 32.0) / 2
-    assert weights[:2] == pytest.approx(source_weights(top, 20, 32.0, "evidence")[:2])
 
 
 def test_a_source_fades_once_its_rows_weigh_under_a_tenth_of_the_studys_own():
@@ -463,7 +431,7 @@ def test_a_cold_twin_proposes_the_local_share_of_a_warm_study(tmp_path):
         CostModelSampler(local_share=-0.1)
 
 
-@pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded", "top"])
+@pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded"])
 def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
     tmp_path, monkeypatch, weighting
 ):
@@ -473,8 +441,8 @@ def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
     events: list[tuple] = []  # each round's judging, and any cross-validation after it
     judge, cross_validate = proposals.judge_taus, proposals.local_tau
 
-    def judged(judges, X, y, top_weighted=False):
-        taus = judge(judges, X, y, top_weighted)
+    def judged(judges, X, y):
+        taus = judge(judges, X, y)
         events.append(("judged", len(y), taus))
         return taus
 

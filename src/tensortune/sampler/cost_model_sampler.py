@@ -176,9 +176,7 @@ class CostModelSampler(BaseSampler):
             configs at least as well as one without (the same 4 folds, 8 more one-member
             fits a round), none once it ranks them worse; ``"capped"``: the evidence's
             weights, scaled so that the sources' rows together weigh at most as much as the
-            study's own; ``"top"``: the evidence's rule, with each judge's tau
-            weighing pairs by how near the top they rank
-            (`tensortune.cost_model.top_weighted_tau`). Once
+            study's own. Once
             every source weighs nothing the study drops them and first measures the rest of
             the cold study's start-up design. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.

@@ -16,7 +16,6 @@ from tensortune.sampler.settings import RoundSettings
 from tensortune.sampler.source_weighting import (
     DRAWN_SOURCE_ROWS,
     MIN_EVIDENCE,
-    TOP,
     VALIDATED,
     WEIGHTINGS_AGAINST_OWN,
     faded_sources,
@@ -140,8 +139,7 @@ def fit_cost_model(
     own configs; with ``"relative"`` and ``"outranked"`` against how well those configs rank each
     other (`tensortune.sampler.source_weighting.local_tau`, a cross-validation of one-member
     models); with ``"validated"``, kept only while that cross-validation ranks them at least as well
-    with the sources in every fold as without; with ``"top"``, the evidence's rule with
-    pairs near the top of the ranking weighing more.
+    with the sources in every fold as without.
 
     A model that goes on training (the TreeGRU) with ``settings.source_rows`` ``"by-weight"``
     trains on a random share of each source's rows as its weight is worth, and none of a
@@ -159,10 +157,7 @@ def fit_cost_model(
     if prior is None or not len(prior):
         model.fit(X, y)
         return Fit(model, X, y, np.empty(0), np.empty(0))
-    top_weighted = settings.source_weighting == TOP
-    taus = (
-        judge_taus(judges, X, y, top_weighted) if judges else np.full(len(prior.workloads), np.nan)
-    )
+    taus = judge_taus(judges, X, y) if judges else np.full(len(prior.workloads), np.nan)
     n_local = len(history.values)
     weights = source_weights(
         taus,

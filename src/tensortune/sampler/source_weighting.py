@@ -30,9 +30,7 @@ if TYPE_CHECKING:
 #: the search; ``"shared"`` lost to the evidence from three conv2d shapes to depthwise (the
 #: count of source rows was not what hurt); ``"validated"`` keeps sources only while they help
 #: the model itself; ``"capped"`` keeps a few hundred source rows at a third of a local row's
-#: weight each from outvoting 8-48 measured configs of the study's own; ``"top"``
-#: (`TOP`) stops a source that sorts good configs from failed ones, as any operator's
-#: rows teach, but not the best among the good, from keeping its full weight.
+#: weight each from outvoting 8-48 measured configs of the study's own.
 SOURCE_WEIGHTING_SUMMARIES = {
     "evidence": "the half-life's decay times how well each source ranks the study's own configs",
     "relative": "the evidence's, with the bar for full trust raised to how well the study's "
@@ -46,8 +44,6 @@ SOURCE_WEIGHTING_SUMMARIES = {
     "than one without",
     "capped": "the evidence's, scaled so that the sources' rows together weigh at most as much "
     "as the study's own",
-    "top": "the evidence's, with each source judged mostly on how it orders the "
-    "study's best configs",
 }
 SOURCE_WEIGHTINGS = tuple(SOURCE_WEIGHTING_SUMMARIES)
 
@@ -83,9 +79,6 @@ FADED_SHARE = 0.1
 WEIGHTINGS_AGAINST_OWN = ("relative", "outranked")
 #: The weighting that cross-validates the model with its sources against one without.
 VALIDATED = "validated"
-#: The weighting whose judges are read with a tau that weighs pairs near the top more
-#: (`tensortune.cost_model.top_weighted_tau`).
-TOP = "top"
 #: Folds of `local_tau`'s cross-validation.
 LOCAL_FOLDS = 4
 #: The study's own measured configs before a source's ranking of them counts: with fewer, one
@@ -119,23 +112,18 @@ def fit_judges(prior: SourceRows, make_model: Callable[[], CostModel]) -> list[C
     return judges
 
 
-def judge_taus(
-    judges: Sequence[CostModel | None], X: np.ndarray, y: np.ndarray, top_weighted: bool = False
-) -> np.ndarray:
+def judge_taus(judges: Sequence[CostModel | None], X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Kendall's tau between each judge's predictions on the study's own feature rows `X` and
     their scaled targets `y` (1: the source orders them as measured, -1: reversed); NaN for a
-    missing judge or where `y` cannot be ranked (fewer than two rows, or all alike). With
-    `top_weighted` (default False: every pair alike) each pair weighs by how near the top its
-    configs rank (`tensortune.cost_model.top_weighted_tau`)."""
-    from tensortune.cost_model import kendall_tau, top_weighted_tau
+    missing judge or where `y` cannot be ranked (fewer than two rows, or all alike)."""
+    from tensortune.cost_model import kendall_tau
 
-    tau = top_weighted_tau if top_weighted else kendall_tau
     taus = np.full(len(judges), np.nan)
     if len(y) < 2 or np.ptp(y) == 0:
         return taus
     for i, judge in enumerate(judges):
         if judge is not None:
-            taus[i] = tau(judge.predict(X)[0], y)
+            taus[i] = kendall_tau(judge.predict(X)[0], y)
     return taus
 
 
@@ -276,8 +264,7 @@ def source_weights(
             by the number of source workloads. ``"decay"``: the decay alone. ``"guarded"``:
             the decay, 0 for a source `reversed_beyond_chance` on `n_local` configs. A source
             whose tau is near 0 keeps its weight: a ranking of 8-16 configs is too noisy to
-            condemn it by its sign alone. ``"top"``: the evidence's rule, on taus
-            from `judge_taus` with ``top_weighted``.
+            condemn it by its sign alone.
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
