@@ -1,6 +1,6 @@
 """Judges' taus: how well a model trained on one source alone ranks a target's own configs, by
 Kendall's tau (what the ``"evidence"`` weighting reads) and by a tau that weighs pairs near the
-top more (`tensortune.cost_model.top_weighted_tau`), after 16, 32 and 64 of the target's
+top more (`tensortune.cost_model.top_weighted_tau`), after 8, 16, 32 and 64 of the target's
 configs.
 
 A weighting that tells sources apart gives another shape of the same operator a high tau and an
@@ -38,8 +38,10 @@ from tensortune.sampler.source_weighting import fit_judges, judge_taus, source_w
 from tensortune.sampler.transfer import load_sources
 from tensortune.storage import open_storage
 
-#: The target's configs the judges rank.
-CHECKPOINTS = (16, 32, 64)
+#: The target's configs the judges rank. A cold study's first 8 are the points of the start-up
+#: design that a warm study of the seed measures among its first 16 (every other trial): the
+#: configs it has that no source chose.
+CHECKPOINTS = (8, 16, 32, 64)
 
 
 def pair_rows(
