@@ -29,7 +29,7 @@ import numpy as np
 import optuna
 from common import study_name
 from results_io import write_csv
-from transfer import PAIRS, SOURCE_TRIALS, target_study_name
+from transfer import PAIRS, SOURCE_SEEDS, SOURCE_TRIALS, target_study_name
 
 from tensortune.cost_model import COST_MODELS, LOSSES, make_cost_model, top_weighted_tau
 from tensortune.errors import TensortuneError
@@ -44,6 +44,21 @@ from tensortune.storage import open_storage
 CHECKPOINTS = (8, 16, 32, 64)
 
 
+def stored(name: str, url: str) -> optuna.Study:
+    """The study `name` at `url`.
+
+    Raises:
+        TensortuneError: If there is none (``transfer.py`` has not run it there).
+    """
+    try:
+        return optuna.load_study(study_name=name, storage=url)
+    except KeyError:
+        raise TensortuneError(
+            f"no study {name!r} in {url}: run transfer.py with the same pair, seeds, "
+            "trials, mode and cost model first"
+        ) from None
+
+
 def pair_rows(
     pair: str, seeds: list[int], cost_model: str, work: str, sources: str, trials: int, mode: str
 ) -> list[dict]:
@@ -52,17 +67,15 @@ def pair_rows(
     feature_set = COST_MODELS[cost_model]
     half_life = RoundSettings.source_half_life  # the default
     source_studies = [
-        optuna.load_study(
-            study_name=study_name(label, "costmodel", s, SOURCE_TRIALS), storage=sources
-        )
+        stored(study_name(label, "costmodel", s, SOURCE_TRIALS), sources)
         for label in source_labels
-        for s in range(3)
+        for s in SOURCE_SEEDS
     ]
     prior = load_sources(source_studies, feature_set)
     rows = []
     for seed in seeds:
         name = target_study_name(pair, target, mode, seed, trials, cost_model)
-        own = load_sources([optuna.load_study(study_name=name, storage=work)], feature_set)
+        own = load_sources([stored(name, work)], feature_set)
         judges = fit_judges(prior, lambda: make_cost_model(cost_model, LOSSES[0], 1, seed))  # noqa: B023
         for n in CHECKPOINTS:
             X, y = own.features[:n], own.targets[:n]
@@ -109,9 +122,18 @@ def summary(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", nargs="+", required=True, choices=list(PAIRS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--trials", type=int, default=128, help="the target studies' length")
-    parser.add_argument("--cost-model", default="treegru", choices=list(COST_MODELS))
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="default 0 1 2 3 4"
+    )
+    parser.add_argument(
+        "--trials", type=int, default=128, help="the target studies' length (default 128)"
+    )
+    parser.add_argument(
+        "--cost-model",
+        default="treegru",
+        choices=list(COST_MODELS),
+        help="the target studies' and the judges' cost model (default treegru)",
+    )
     parser.add_argument(
         "--mode",
         default="warm",
@@ -120,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--work", required=True, help="transfer.py's --work SQLite file")
     parser.add_argument("--sources", required=True, help="transfer.py's --sources SQLite file")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help="folder for judge_taus.csv and .md")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -134,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             for pair in args.pairs
             for row in pair_rows(pair, args.seeds, args.cost_model, *urls, args.trials, args.mode)
         ]
-    except (TensortuneError, KeyError) as error:
+    except TensortuneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     write_csv(f"{args.out}/judge_taus.csv", rows)

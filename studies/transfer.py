@@ -188,6 +188,8 @@ MODES = (
 TRIALS = 64
 #: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.
 SOURCE_TRIALS = 64
+#: The seeds of each source workload's studies.
+SOURCE_SEEDS = (0, 1, 2)
 
 
 def source_mode(mode: str, source_trials: int, first: int) -> str:
@@ -434,7 +436,7 @@ def main() -> None:
         parser.error(f"--source-trials must be distinct and at least 1, got {args.source_trials}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pairs = {p: PAIRS[p] for p in args.pairs}
-    trials, seeds, source_seeds = args.trials, args.seeds, [0, 1, 2]
+    trials, seeds, source_seeds = args.trials, args.seeds, list(SOURCE_SEEDS)
     source_trials = args.source_trials
     if args.quick:
         pairs, trials, seeds, source_seeds, source_trials = QUICK_PAIRS, 16, [0], [0], [16]

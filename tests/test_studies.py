@@ -546,6 +546,30 @@ def test_transfer_quick(tmp_path):
     assert (tmp_path / "transfer.png").stat().st_size > 0
 
 
+def test_judge_taus_refuses_storages_without_the_pairs_studies(tmp_path):
+    """judge_taus.py reads studies transfer.py left: a missing storage file, or one without
+    the pair's studies, gets one line, exit 2, and no output folder."""
+    empty = tmp_path / "empty.db"
+    optuna.create_study(study_name="other", storage=f"sqlite:///{empty}")
+
+    def judged(work: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, os.path.join(STUDIES, "judge_taus.py"), "--pairs", "c12-to-c7",
+             "--work", work, "--sources", str(empty), "--out", str(tmp_path / "o")],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    missing = judged(str(tmp_path / "missing.db"))
+    assert missing.returncode == 2, missing.stderr[-2000:]
+    assert len(missing.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "missing.db").exists()
+    unrun = judged(str(empty))
+    assert unrun.returncode == 2, unrun.stderr[-2000:]
+    (line,) = unrun.stderr.strip().splitlines()
+    assert "no study 'resnet18-c12/costmodel/s0/n64'" in line and "run transfer.py" in line
+    assert not (tmp_path / "o").exists()
+
+
 def test_model_tuning_refuses_a_metaschedule_arm_not_in_the_run(tmp_path):
     """--metaschedule-arms names arms of this run: another gets one line, exit 2, before any
     model is built or anything written."""
