@@ -92,6 +92,49 @@ def study_name(label: str, tuner: str, seed: int, trials: int) -> str:
     return f"{label}/{tuner}/s{seed}/n{trials}"
 
 
+# -- transfer.py's pairs and study names (read by judge_taus.py as well) ------------------------
+#: ``transfer.py``'s pairs: pair → (target label, source labels, whether to run the enqueue
+#: baseline).
+TRANSFER_PAIRS = {
+    "c12-to-c7": ("resnet18-c7", ("resnet18-c12",), True),
+    "loo-c2": ("resnet18-c2", ("resnet18-c7", "resnet18-c12"), True),
+    "loo-c7": ("resnet18-c7", ("resnet18-c2", "resnet18-c12"), False),
+    "loo-c12": ("resnet18-c12", ("resnet18-c2", "resnet18-c7"), True),
+    "matmul-to-batch_matmul": ("bert-attention", ("matmul-1024", "bert-ffn"), False),
+    "conv2d-to-depthwise": ("mobilenet-dw", ("resnet18-c2", "resnet18-c7", "resnet18-c12"), False),
+    "depthwise-to-matmul": ("matmul-1024", ("mobilenet-dw",), False),
+}
+#: Trials of a transfer target study unless ``--trials`` says otherwise.
+TRANSFER_TRIALS = 64
+#: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.
+SOURCE_TRIALS = 64
+#: The seeds of each source workload's studies.
+SOURCE_SEEDS = (0, 1, 2)
+
+
+def transfer_study_name(
+    pair: str,
+    target: str,
+    mode: str,
+    seed: int,
+    trials: int,
+    cost_model: str = "xgb",
+    source_trials: int = SOURCE_TRIALS,
+) -> str:
+    """The name of `target`'s study in `mode` for the transfer `pair`, of `trials` trials, with
+    `cost_model` (default "xgb") and sources of `source_trials` trials (default
+    `SOURCE_TRIALS`); see ``transfer.py``'s ``run_target``."""
+    # Cold studies depend on the target only: pairs with one target share them.
+    name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
+    if cost_model != "xgb":
+        name = f"{cost_model}:{name}"
+    if trials != TRANSFER_TRIALS:  # a finished study of another length is not this one
+        name += f"/n{trials}"
+    if mode != "cold" and source_trials != SOURCE_TRIALS:  # nor one from other sources
+        name += f"/src{source_trials}"
+    return name
+
+
 def finished(storage: str, name: str) -> optuna.Study | None:
     """The study `name` if it finished; an unfinished one (an interrupted run) is deleted so
     that it runs again from scratch."""

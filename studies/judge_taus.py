@@ -27,9 +27,8 @@ import sys
 
 import numpy as np
 import optuna
-from common import study_name
+from common import SOURCE_SEEDS, SOURCE_TRIALS, TRANSFER_PAIRS, study_name, transfer_study_name
 from results_io import write_csv
-from transfer import PAIRS, SOURCE_SEEDS, SOURCE_TRIALS, target_study_name
 
 from tensortune.cost_model import COST_MODELS, LOSSES, make_cost_model, top_weighted_tau
 from tensortune.errors import TensortuneError
@@ -63,7 +62,7 @@ def pair_rows(
     pair: str, seeds: list[int], cost_model: str, work: str, sources: str, trials: int, mode: str
 ) -> list[dict]:
     """The CSV rows of one pair (see the module docstring)."""
-    target, source_labels, _ = PAIRS[pair]
+    target, source_labels, _ = TRANSFER_PAIRS[pair]
     feature_set = COST_MODELS[cost_model]
     half_life = RoundSettings.source_half_life  # the default
     source_studies = [
@@ -74,7 +73,7 @@ def pair_rows(
     prior = load_sources(source_studies, feature_set)
     rows = []
     for seed in seeds:
-        name = target_study_name(pair, target, mode, seed, trials, cost_model)
+        name = transfer_study_name(pair, target, mode, seed, trials, cost_model)
         own = load_sources([stored(name, work)], feature_set)
         judges = fit_judges(prior, lambda: make_cost_model(cost_model, LOSSES[0], 1, seed))  # noqa: B023
         for n in CHECKPOINTS:
@@ -121,7 +120,7 @@ def summary(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", nargs="+", required=True, choices=list(PAIRS))
+    parser.add_argument("--pairs", nargs="+", required=True, choices=list(TRANSFER_PAIRS))
     parser.add_argument(
         "--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="default 0 1 2 3 4"
     )

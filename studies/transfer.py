@@ -108,6 +108,8 @@ from common import (
     DONE,
     RETIME,
     RETIME_ROUNDS,
+    SOURCE_SEEDS,
+    SOURCE_TRIALS,
     VENDOR,
     early_finalists,
     finished,
@@ -115,8 +117,11 @@ from common import (
     retime,
     retime_in_passes,
     study_name,
+    transfer_study_name,
     workload_of,
 )
+from common import TRANSFER_PAIRS as PAIRS
+from common import TRANSFER_TRIALS as TRIALS
 from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_label
 from results_io import best_so_far, write_csv
 
@@ -131,16 +136,6 @@ from tensortune.templates import CpuTemplate
 from tensortune.trial_records import trial_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-#: pair → (target label, source labels, whether to run the enqueue baseline).
-PAIRS = {
-    "c12-to-c7": ("resnet18-c7", ("resnet18-c12",), True),
-    "loo-c2": ("resnet18-c2", ("resnet18-c7", "resnet18-c12"), True),
-    "loo-c7": ("resnet18-c7", ("resnet18-c2", "resnet18-c12"), False),
-    "loo-c12": ("resnet18-c12", ("resnet18-c2", "resnet18-c7"), True),
-    "matmul-to-batch_matmul": ("bert-attention", ("matmul-1024", "bert-ffn"), False),
-    "conv2d-to-depthwise": ("mobilenet-dw", ("resnet18-c2", "resnet18-c7", "resnet18-c12"), False),
-    "depthwise-to-matmul": ("matmul-1024", ("mobilenet-dw",), False),
-}
 #: What each pair transfers across, for the goals: shapes of one operator (trials to 90 % of
 #: the best known >= 3x fewer than cold), other operators (>= 1.5x), or nothing related (lose
 #: nothing).
@@ -185,11 +180,6 @@ MODES = (
     "warm-by-weight",
     "enqueue",
 )
-TRIALS = 64
-#: The sources: ``sample_efficiency.py``'s learned-sampler studies of this many trials.
-SOURCE_TRIALS = 64
-#: The seeds of each source workload's studies.
-SOURCE_SEEDS = (0, 1, 2)
 
 
 def source_mode(mode: str, source_trials: int, first: int) -> str:
@@ -238,27 +228,6 @@ def sampler_options(mode: str) -> dict[str, object]:
     return {"source_weighting": weighting, **OPTIONS_OF_MODE.get(mode, {})}
 
 
-def target_study_name(
-    pair: str,
-    target: str,
-    mode: str,
-    seed: int,
-    trials: int,
-    cost_model: str = "xgb",
-    source_trials: int = SOURCE_TRIALS,
-) -> str:
-    """The name of `target`'s study in `mode` for `pair` (arguments as `run_target`'s)."""
-    # Cold studies depend on the target only: pairs with one target share them.
-    name = f"{target}/cold/s{seed}" if mode == "cold" else f"{pair}/{mode}/s{seed}"
-    if cost_model != "xgb":
-        name = f"{cost_model}:{name}"
-    if trials != TRIALS:  # a finished study of another length is not this one
-        name += f"/n{trials}"
-    if mode != "cold" and source_trials != SOURCE_TRIALS:  # nor one from other sources
-        name += f"/src{source_trials}"
-    return name
-
-
 def run_target(
     pair: str,
     target: str,
@@ -274,7 +243,7 @@ def run_target(
     """The finished study of `target` in `mode` (see the module docstring), run first where
     missing, with `cost_model` (default "xgb"), the measurement cache `cache` (default None:
     none) and `sources` of `source_trials` trials each (default `SOURCE_TRIALS`)."""
-    name = target_study_name(pair, target, mode, seed, trials, cost_model, source_trials)
+    name = transfer_study_name(pair, target, mode, seed, trials, cost_model, source_trials)
     study = finished(storage, name)
     if study is not None:
         return study
