@@ -110,6 +110,8 @@ from common import (
     RETIME_ROUNDS,
     SOURCE_SEEDS,
     SOURCE_TRIALS,
+    TRANSFER_PAIRS,
+    TRANSFER_TRIALS,
     VENDOR,
     early_finalists,
     finished,
@@ -120,8 +122,6 @@ from common import (
     transfer_study_name,
     workload_of,
 )
-from common import TRANSFER_PAIRS as PAIRS
-from common import TRANSFER_TRIALS as TRIALS
 from measurement_cache import HITS_ATTR, MISSES_ATTR, check_cache, tune_label
 from results_io import best_so_far, write_csv
 
@@ -136,6 +136,10 @@ from tensortune.templates import CpuTemplate
 from tensortune.trial_records import trial_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The names these had here before they moved to common.py: the probes kept under results/
+# import transfer.PAIRS.
+PAIRS = TRANSFER_PAIRS
+TRIALS = TRANSFER_TRIALS
 #: What each pair transfers across, for the goals: shapes of one operator (trials to 90 % of
 #: the best known >= 3x fewer than cold), other operators (>= 1.5x), or nothing related (lose
 #: nothing).
