@@ -1509,3 +1509,43 @@ def test_reach_reads_each_winner_against_the_vendor_of_its_run():
     table = reach.reach_table(rows, [16])
     assert "| xgb | shapes | cold | 2 | 100 % (2/2) |" in table  # 50 % and 100 % in GFLOP/s
     assert "| xgb | shapes | warm | 2 | 75 % (1/2) |" in table
+
+
+def test_against_best_refuses_an_unknown_workload_or_too_few_trials(tmp_path):
+    """against_best.py: a bad --label or --trials gets one line, exit 2, nothing written."""
+    for wrong in (["--label", "nope"], ["--trials", "16"]):
+        done = subprocess.run(
+            [sys.executable, os.path.join(STUDIES, "against_best.py"), *wrong,
+             "--work", str(tmp_path / "a.db"), "--out", str(tmp_path / "o")],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.slow
+def test_against_best_runs_both_modes_and_times_their_winners_again(tmp_path):
+    """One seed of a small matmul: both modes tuned, their winners re-timed, a row each."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(STUDIES, "against_best.py"), "--label", "matmul-64",
+         "--seeds", "0", "--trials", "33", "--work", str(tmp_path / "a.db"),
+         "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(tmp_path / "o" / "against_best.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["mode"] for r in rows) == ["against-best", "plain"]
+    for row in rows:
+        assert all(float(row[f"retimed@{n}"]) > 0 for n in (16, 32, 33)), row
+        assert -1 <= float(row["tau_recorded_vs_retimed"]) <= 1
+    study = optuna.load_study(
+        study_name="matmul-64/against-best/s0/n33", storage=f"sqlite:///{tmp_path / 'a.db'}"
+    )
+    done_trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # Every completed trial but the first was timed against the best kernel before it.
+    assert [t.user_attrs.get("machine_speed") is not None for t in done_trials] == [False] + [
+        True
+    ] * (len(done_trials) - 1)
+    assert "geometric mean" in (tmp_path / "o" / "against_best_summary.md").read_text()
