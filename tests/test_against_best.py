@@ -11,7 +11,12 @@ import pytest
 import tensortune
 from tensortune.cli import main
 from tensortune.measure import Measurer, MeasureSettings
-from tensortune.measure.against_best import machine_speed, scaled_costs, time_in_turns
+from tensortune.measure.against_best import (
+    machine_speed,
+    runs_per_cost,
+    scaled_costs,
+    time_in_turns,
+)
 from tensortune.target import target_spec
 
 CONFIG_64 = {
@@ -33,6 +38,13 @@ def test_costs_timed_while_the_machine_halved_its_speed_are_scaled_back():
     assert machine_speed([1.0, 1.0, 2.0, 2.0], 1.0) == pytest.approx(1 / 1.5)
     with pytest.raises(ValueError, match="one more reference cost"):
         scaled_costs([1.0, 1.0], [1.0, 1.0], reference_cost=1.0)
+
+
+def test_runs_per_cost_span_min_repeat_ms_and_never_fall_below_number():
+    assert runs_per_cost(0.004, number=1, min_repeat_ms=30) == 8  # 8 x 4 ms spans 30 ms
+    assert runs_per_cost(0.1, number=1, min_repeat_ms=30) == 1
+    assert runs_per_cost(0.001, number=50, min_repeat_ms=30) == 50
+    assert runs_per_cost(0.001, number=2, min_repeat_ms=0) == 2
 
 
 def test_time_in_turns_puts_a_reference_run_on_each_side_of_every_candidate_run():

@@ -275,6 +275,14 @@ class Measurer:
         reference = self._best if self.settings.against_best else None
         args = (result.library, self.workload, self.settings, self.target["kind"], result.packed)
         self._run_timing(result, worker_tasks.run, (*args, reference), "run failed: ")
+        if reference is not None and result.costs and result.cost < reference.cost:
+            # The fastest of many noisy timings is biased fast; as the next reference, each
+            # such bias would carry over to every cost after it. A second timing of its own
+            # decides, and its costs are recorded.
+            again = MeasureResult(library=result.library, packed=result.packed)
+            self._run_timing(again, worker_tasks.run, (*args, reference), "run failed: ")
+            if again.costs:
+                result.costs, result.machine_speed = again.costs, again.machine_speed
         if result.costs and (self._best is None or result.cost < self._best.cost):
             self._best = Reference(result.library, result.packed, result.cost)
 

@@ -39,8 +39,10 @@ class MeasureSettings:
             ran beside it (`tensortune.measure.against_best`), so that a machine whose speed
             swings while a study runs (a cloud guest) ranks candidates by their speed relative
             to each other rather than by the moment each was timed. Each timing then also runs
-            the reference ``repeat + 1`` times. Costs timed with `flush_cache`, on a remote
-            device, or by the short cut for very slow kernels are not scaled. Default False.
+            the reference ``repeat + 1`` times, and a candidate faster than the reference is
+            timed twice (the second timing is recorded). Costs timed with `flush_cache`, on a
+            remote device, or by the short cut for very slow kernels are not scaled. Default
+            False.
     """
 
     number: int = 1

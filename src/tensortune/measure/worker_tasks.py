@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensortune.measure.against_best import Reference, machine_speed, scaled_costs, time_in_turns
+from tensortune.measure.against_best import (
+    Reference,
+    machine_speed,
+    runs_per_cost,
+    scaled_costs,
+    time_in_turns,
+)
 from tensortune.measure.settings import MeasureSettings
 from tensortune.templates.weight_packing import pack_arguments
 from tensortune.workloads import Workload
@@ -105,9 +111,13 @@ def run(
     args, timing = checked
     if reference is None or timing.preprocess or timing.short_cut:
         return time_kernel(module, dev, args, timing)
-    candidate = module.time_evaluator(
+    # One cost timed as usual finds how many runs a cost takes; the costs in turns reuse it.
+    probe = module.time_evaluator(
         "main", dev, number=timing.number, repeat=1, min_repeat_ms=timing.min_repeat_ms
     )
+    per_run = float(probe(*args).results[0])
+    number = runs_per_cost(per_run, timing.number, timing.min_repeat_ms)
+    candidate = module.time_evaluator("main", dev, number=number, repeat=1)
     reference_timer = _reference_timer(reference, workload, dev, timing)
     costs, reference_costs = time_in_turns(
         lambda: float(candidate(*args).results[0]), reference_timer, timing.repeat
@@ -215,9 +225,8 @@ def _reference_timer(
         _REFERENCE.clear()
         module = tvm.runtime.load_module(reference.library)
         args = _arguments(module, dev, workload, reference.packed)
-        timer = module.time_evaluator(
-            "main", dev, number=timing.number, repeat=1, min_repeat_ms=timing.min_repeat_ms
-        )
+        number = runs_per_cost(reference.cost, timing.number, timing.min_repeat_ms)
+        timer = module.time_evaluator("main", dev, number=number, repeat=1)
         _REFERENCE[reference.library] = lambda: float(timer(*args).results[0])
     return _REFERENCE[reference.library]
 
