@@ -163,8 +163,6 @@ class CachedMeasurer:
                     "min_repeat_ms": settings.min_repeat_ms,
                     "check_results": settings.check_results,
                     "rtol": settings.rtol,
-                    # Costs scaled by a reference are on another footing (keys before it stay).
-                    **({"against_best": True} if settings.against_best else {}),
                 },
                 sort_keys=True,
             ),

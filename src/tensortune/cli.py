@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tensortune.cli_model import (
-    AGAINST_BEST_HELP,
     FLUSH_HELP,
     add_model_commands,
     best_model_command,
@@ -144,7 +143,6 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--build-timeout", type=float, default=15.0, help="seconds (default 15)")
     tune.add_argument("--run-timeout", type=float, default=20.0, help="seconds (default 20)")
     tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
-    tune.add_argument("--against-best", action="store_true", help=AGAINST_BEST_HELP)
     tune.add_argument(
         "--rpc-tracker",
         default=None,
@@ -261,7 +259,6 @@ def _tune(args: argparse.Namespace) -> None:
         build_timeout=args.build_timeout,
         run_timeout=args.run_timeout,
         flush_cache=args.flush_cache,
-        against_best=args.against_best,
     )
     study = tune(
         workload,

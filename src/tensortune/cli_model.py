@@ -20,11 +20,6 @@ FLUSH_HELP = (
     "time each run with its arguments but the first evicted from the CPU caches, as a kernel "
     "finds its weights in a whole model (default: warm repeated runs)"
 )
-#: Help of ``--against-best``, for ``tune`` and ``tune-model`` alike.
-AGAINST_BEST_HELP = (
-    "time each candidate in turns with the fastest kernel timed so far and scale its costs by "
-    "how fast that one ran beside it, for a machine whose speed swings (default: off)"
-)
 
 
 def add_model_commands(sub: Any) -> None:
@@ -39,7 +34,6 @@ def add_model_commands(sub: Any) -> None:
     )
     tune.add_argument("--seed", type=int, default=0, help="each task sampler's seed (default 0)")
     tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
-    tune.add_argument("--against-best", action="store_true", help=AGAINST_BEST_HELP)
     tune.add_argument(
         "--warm-start-tasks",
         action=argparse.BooleanOptionalAction,
@@ -162,9 +156,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
     program = _program(args)
-    settings = None
-    if args.flush_cache or args.against_best:
-        settings = MeasureSettings(flush_cache=args.flush_cache, against_best=args.against_best)
+    settings = MeasureSettings(flush_cache=True) if args.flush_cache else None
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,

@@ -28,12 +28,7 @@ from tensortune.sampler.transfer import check_sources
 from tensortune.storage import create_study, find_study, open_storage, target_key
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import SPACES, InvalidConfig, Template, template_for
-from tensortune.trial_records import (
-    CACHE_FLUSHED_ATTR,
-    check_same_timing,
-    count_finished,
-    trial_config,
-)
+from tensortune.trial_records import CACHE_FLUSHED_ATTR, check_same_timing, count_finished
 from tensortune.workloads import Workload, get_workload
 
 #: Samplers by name; the first is the default.
@@ -46,9 +41,8 @@ class Objective:
     Returns GFLOP/s (maximise). A config that cannot be scheduled, fails to build, crashes,
     hangs or computes a wrong result returns NaN, which Optuna records as a FAIL and moves on
     from; the reason is in the trial's ``error`` and ``failed_stage`` user attrs. Completed
-    trials carry ``gflops``, ``cost_s`` (median seconds), ``costs_s``, ``compile_s``, when a
-    vendor baseline is known, ``vendor_ratio``, and, timed against the best kernel so far
-    (`MeasureSettings.against_best`), ``machine_speed`` (`MeasureResult.machine_speed`).
+    trials carry ``gflops``, ``cost_s`` (median seconds), ``costs_s``, ``compile_s`` and, when a
+    vendor baseline is known, ``vendor_ratio``.
 
     Use it with ``study.optimize(objective, ...)`` or through `tune`, and close it (or use it as
     a context manager) to stop its worker processes.
@@ -89,8 +83,6 @@ class Objective:
             else Measurer(self.template, self.target, settings, device)
         )
         self.vendor_gflops = vendor_gflops
-        # Whether a resumed study's best was handed to the measurer (see _start_from_best).
-        self._anchored = False
 
     def __enter__(self) -> Objective:
         return self
@@ -106,9 +98,6 @@ class Objective:
 
     def evaluate(self, trials: Sequence[optuna.Trial]) -> list[float]:
         """Measure one config per trial as a batch (builds in parallel); GFLOP/s or NaN each."""
-        if not self._anchored and trials:
-            self._anchored = True
-            self._start_from_best(trials[0].study)
         results: list[MeasureResult | None] = []
         configs = []
         for trial in trials:
@@ -143,27 +132,6 @@ class Objective:
                 values.append(float("nan"))
         return values
 
-    def _start_from_best(self, study: optuna.Study) -> None:
-        """With `MeasureSettings.against_best`, time a resumed study's candidates against its
-        best config at its recorded cost (`Measurer.start_from`), so that the costs of this
-        process share the scale of those before it."""
-        measurer = self.measurer
-        if not (isinstance(measurer, Measurer) and measurer.settings.against_best):
-            return
-        done = [
-            (t.value, t)
-            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if t.value is not None and "cost_s" in t.user_attrs
-        ]
-        if not done:
-            return
-        _, best = max(done, key=lambda vt: vt[0])
-        try:
-            config = self.template.check(trial_config(best))
-        except ValueError:  # not a config of this template: start as a new study does
-            return
-        measurer.start_from(config, best.user_attrs["cost_s"])
-
     def _record(self, trial: optuna.Trial, result: MeasureResult) -> float:
         if not math.isnan(result.compile_seconds):
             trial.set_user_attr("compile_s", round(result.compile_seconds, 4))
@@ -177,8 +145,6 @@ class Objective:
         trial.set_user_attr("costs_s", result.costs)
         if result.cache_flushed:  # a cold-cache cost: not comparable with warm ones
             trial.set_user_attr(CACHE_FLUSHED_ATTR, True)
-        if not math.isnan(result.machine_speed):
-            trial.set_user_attr("machine_speed", round(result.machine_speed, 4))
         if self.vendor_gflops:
             trial.set_user_attr("vendor_ratio", gflops / self.vendor_gflops)
         return gflops

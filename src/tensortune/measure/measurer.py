@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tensortune import scratch
 from tensortune.measure import baseline, remote, worker_tasks
-from tensortune.measure.against_best import Reference
 from tensortune.measure.remote import RpcDevice
 from tensortune.measure.settings import MeasureSettings
 from tensortune.target import host_cores
@@ -62,9 +61,6 @@ class MeasureResult:
             from the caches (`MeasureSettings.flush_cache`, on a CPU).
         packed: The arguments its kernel takes packed, packed once before the check and the
             timing (see `tensortune.templates.compile.compile_config`); mostly none.
-        machine_speed: How fast the machine ran the reference kernel beside it
-            (`MeasureSettings.against_best`), relative to that kernel's recorded cost: above 1
-            when faster. NaN when it was not timed against one.
     """
 
     costs: list[float] = dataclasses.field(default_factory=list)
@@ -74,7 +70,6 @@ class MeasureResult:
     library: str | None = None
     cache_flushed: bool = False
     packed: tuple[PackedWeight, ...] = ()
-    machine_speed: float = float("nan")
 
     @property
     def cost(self) -> float:
@@ -145,8 +140,6 @@ class Measurer:
         self._lock = threading.Lock()
         # Whether the run worker has run kernels since it started (see _vendor_baseline).
         self._runner_used = False
-        # The fastest kernel timed so far, which the next are timed against (against_best).
-        self._best: Reference | None = None
 
     def __enter__(self) -> Measurer:
         return self
@@ -193,7 +186,6 @@ class Measurer:
         with self._lock:
             self.template = template
             self.workload = template.workload
-            self._best = None  # a kernel of another workload
 
     def measure(self, configs: Sequence[dict[str, Any]]) -> list[MeasureResult]:
         """Build all `configs` in parallel, then time each in turn.
@@ -223,24 +215,6 @@ class Measurer:
             elif result.error is None:
                 self._time_remote(result)
         return results
-
-    def start_from(self, config: dict[str, Any], cost: float) -> bool:
-        """Build `config`, measured earlier at `cost` seconds (a resumed study's best), and time
-        the next candidates against it (`MeasureSettings.against_best`) at that recorded cost,
-        so that they share the scale of the costs measured before. Returns whether it built;
-        if not, the first candidate timed becomes the reference, as in a new study."""
-        with self._lock:
-            self._start()
-            assert self._dir is not None
-            path = os.path.join(self._dir, f"{uuid.uuid4().hex}.so")
-            future = self._builders.submit(
-                worker_tasks.build, self.template, dict(config), self.target, path
-            )
-            result = self._collect_build(future, path)
-            if result.error is not None or result.library is None:
-                return False
-            self._best = Reference(result.library, result.packed, cost)
-            return True
 
     def time_again(self, results: Sequence[MeasureResult]) -> None:
         """Time the kernels of `results` again, one after another in the order given, with no
@@ -272,19 +246,8 @@ class Measurer:
 
     def _time(self, result: MeasureResult) -> None:
         assert result.library is not None
-        reference = self._best if self.settings.against_best else None
         args = (result.library, self.workload, self.settings, self.target["kind"], result.packed)
-        self._run_timing(result, worker_tasks.run, (*args, reference), "run failed: ")
-        if reference is not None and result.costs and result.cost < reference.cost:
-            # The fastest of many noisy timings is biased fast; as the next reference, each
-            # such bias would carry over to every cost after it. A second timing of its own
-            # decides, and its costs are recorded.
-            again = MeasureResult(library=result.library, packed=result.packed)
-            self._run_timing(again, worker_tasks.run, (*args, reference), "run failed: ")
-            if again.costs:
-                result.costs, result.machine_speed = again.costs, again.machine_speed
-        if result.costs and (self._best is None or result.cost < self._best.cost):
-            self._best = Reference(result.library, result.packed, result.cost)
+        self._run_timing(result, worker_tasks.run, args, "run failed: ")
 
     def _run_timing(self, result: MeasureResult, task: Any, args: tuple, failed: str) -> None:
         """Run the timing `task` in the run worker and record its outcome in `result`; a
@@ -304,8 +267,6 @@ class Measurer:
             return
         if isinstance(outcome, str):
             result.error, result.stage = outcome, "check"
-        elif isinstance(outcome, tuple):  # timed against a reference (see against_best)
-            result.costs, result.machine_speed = outcome
         else:
             result.costs = outcome
             result.cache_flushed = worker_tasks.flushes_caches(self.settings, self.target["kind"])

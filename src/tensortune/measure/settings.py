@@ -34,15 +34,6 @@ class MeasureSettings:
             from the caches (TVM's ``cache_flush_cpu_non_first_arg``), as a kernel in a whole
             model finds its weights after the other kernels ran; each cost is then one run
             (`number` and `min_repeat_ms` do not apply). Default False: warm repeated runs.
-        against_best: On this machine's CPU, time each candidate in turns with the fastest
-            kernel this measurer has timed so far, and scale its costs by how fast that kernel
-            ran beside it (`tensortune.measure.against_best`), so that a machine whose speed
-            swings while a study runs (a cloud guest) ranks candidates by their speed relative
-            to each other rather than by the moment each was timed. Each timing then also runs
-            the reference ``repeat + 1`` times, and a candidate faster than the reference is
-            timed twice (the second timing is recorded). Costs timed with `flush_cache`, on a
-            remote device, or by the short cut for very slow kernels are not scaled. Default
-            False.
     """
 
     number: int = 1
@@ -54,7 +45,6 @@ class MeasureSettings:
     check_results: bool = True
     rtol: float = 1e-3
     flush_cache: bool = False
-    against_best: bool = False
 
     def __post_init__(self) -> None:
         from tensortune.errors import TensortuneError

@@ -8,20 +8,12 @@ by value.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensortune.measure.against_best import (
-    Reference,
-    machine_speed,
-    runs_per_cost,
-    scaled_costs,
-    time_in_turns,
-)
 from tensortune.measure.settings import MeasureSettings
 from tensortune.templates.weight_packing import pack_arguments
 from tensortune.workloads import Workload
@@ -86,46 +78,22 @@ def run(
     settings: MeasureSettings,
     device_kind: str = "llvm",
     packed: Sequence[PackedWeight] = (),
-    reference: Reference | None = None,
-) -> list[float] | str | tuple[list[float], float]:
+) -> list[float] | str:
     """Load the kernel at `path`, check one run against NumPy, then time it with `settings`
     (``number``, ``repeat``, ``min_repeat_ms``, ``check_results``, ``rtol``) on this machine's
     device of the target kind `device_kind` (default ``"llvm"``: the CPU; ``"cuda"``: GPU 0).
     `packed`: the arguments its ``main`` takes packed, which its ``prepack`` packs before the
-    check and the timing (default none; see `build`). `reference`: a kernel of the same
-    workload to time it in turns with (`tensortune.measure.against_best`; default None).
+    check and the timing (default none; see `build`).
 
     A kernel so slow that the full timing would not fit in half of ``settings.run_timeout`` is
     timed once: it gets a (bad) cost the sampler can learn from instead of a timeout.
-    Returns the costs in seconds, or a string saying why the result is wrong; timed against a
-    `reference`, the costs scaled by it and how fast the machine ran it (`machine_speed`),
-    unless the short cut or ``settings.flush_cache`` left it out.
+    Returns the costs in seconds, or a string saying why the result is wrong.
     """
     import tvm
 
     module = tvm.runtime.load_module(path)
     dev = tvm.device(DEVICE_OF_KIND.get(device_kind, device_kind), 0)
-    checked = check(module, dev, workload, settings, packed)
-    if isinstance(checked, str):
-        return checked
-    args, timing = checked
-    if reference is None or timing.preprocess or timing.short_cut:
-        return time_kernel(module, dev, args, timing)
-    # One cost timed as usual finds how many runs a cost takes; the costs in turns reuse it.
-    probe = module.time_evaluator(
-        "main", dev, number=timing.number, repeat=1, min_repeat_ms=timing.min_repeat_ms
-    )
-    per_run = float(probe(*args).results[0])
-    number = runs_per_cost(per_run, timing.number, timing.min_repeat_ms)
-    candidate = module.time_evaluator("main", dev, number=number, repeat=1)
-    reference_timer = _reference_timer(reference, workload, dev, timing)
-    costs, reference_costs = time_in_turns(
-        lambda: float(candidate(*args).results[0]), reference_timer, timing.repeat
-    )
-    return (
-        scaled_costs(costs, reference_costs, reference.cost),
-        machine_speed(reference_costs, reference.cost),
-    )
+    return check_and_time(module, dev, workload, settings, packed)
 
 
 def check_and_time(
@@ -137,69 +105,6 @@ def check_and_time(
 ) -> list[float] | str:
     """Run the loaded `module` once on `dev` (this machine's or an RPC session's), check its
     outputs against NumPy, then time it; the arguments and the result are `run`'s."""
-    checked = check(module, dev, workload, settings, packed)
-    if isinstance(checked, str):
-        return checked
-    return time_kernel(module, dev, *checked)
-
-
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    """How one kernel is timed: `time_evaluator`'s arguments, as `check` settles them, and
-    whether it is timed once for being very slow (`run`'s short cut)."""
-
-    number: int
-    repeat: int
-    min_repeat_ms: float
-    preprocess: str = ""
-    short_cut: bool = False
-
-
-def check(
-    module: Any,
-    dev: Any,
-    workload: Workload,
-    settings: MeasureSettings,
-    packed: Sequence[PackedWeight] = (),
-) -> tuple[list[Any], Timing] | str:
-    """Run the loaded `module` once on `dev` and check its outputs against NumPy (`run`'s
-    arguments); returns its arguments on `dev` and how to time it, or why it is wrong."""
-    import tvm
-
-    inputs, expected = workload_data(workload)
-    args = _arguments(module, dev, workload, packed)
-    # Wall time of the first run (a remote round trip included): it only decides the short cut.
-    start = time.perf_counter()
-    module["main"](*args)
-    dev.sync()
-    first = time.perf_counter() - start
-    timing = Timing(settings.number, settings.repeat, settings.min_repeat_ms)
-    if first * (2 + timing.number * timing.repeat) > settings.run_timeout / 2:
-        timing = Timing(1, 1, 0, short_cut=True)
-    if settings.check_results:
-        for index, want in enumerate(expected):
-            error = mismatch(args[len(inputs) + index].numpy(), want, settings.rtol)
-            if error:
-                return f"wrong result in output {index}: {error}"
-    if settings.flush_cache and dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type():
-        # One run per cost: runs after the first in a cost would find the arguments cached.
-        return args, dataclasses.replace(timing, number=1, min_repeat_ms=0, preprocess=FLUSH_CACHE)
-    return args, timing
-
-
-def time_kernel(module: Any, dev: Any, args: Sequence[Any], timing: Timing) -> list[float]:
-    """The costs in seconds of `module`'s ``main`` on `args`, timed as `timing` says."""
-    timer = module.time_evaluator(
-        "main", dev, number=timing.number, repeat=timing.repeat,
-        min_repeat_ms=timing.min_repeat_ms, f_preproc=timing.preprocess,
-    )  # fmt: skip
-    return [float(c) for c in timer(*args).results]
-
-
-def _arguments(
-    module: Any, dev: Any, workload: Workload, packed: Sequence[PackedWeight]
-) -> list[Any]:
-    """The seeded inputs and NaN outputs of `workload` on `dev`, packed for `module`."""
     import tvm
 
     inputs, expected = workload_data(workload)
@@ -207,28 +112,28 @@ def _arguments(
     outputs = [np.full(e.shape, np.nan, dtype=e.dtype) for e in expected]
     args = [tvm.runtime.tensor(a, dev) for a in [*inputs, *outputs]]
     # Packed once, outside the timing, as a built model packs its weights at build time.
-    return pack_arguments(module, args, packed, dev)
-
-
-# The reference kernel's timer in this worker, by its library's path (one at a time).
-_REFERENCE: dict[str, Callable[[], float]] = {}
-
-
-def _reference_timer(
-    reference: Reference, workload: Workload, dev: Any, timing: Timing
-) -> Callable[[], float]:
-    """One cost of the `reference` kernel per call, timed as `timing` says (loaded once: it
-    stays the reference for many candidates)."""
-    import tvm
-
-    if reference.library not in _REFERENCE:
-        _REFERENCE.clear()
-        module = tvm.runtime.load_module(reference.library)
-        args = _arguments(module, dev, workload, reference.packed)
-        number = runs_per_cost(reference.cost, timing.number, timing.min_repeat_ms)
-        timer = module.time_evaluator("main", dev, number=number, repeat=1)
-        _REFERENCE[reference.library] = lambda: float(timer(*args).results[0])
-    return _REFERENCE[reference.library]
+    args = pack_arguments(module, args, packed, dev)
+    # Wall time of the first run (a remote round trip included): it only decides the short cut.
+    start = time.perf_counter()
+    module["main"](*args)
+    dev.sync()
+    first = time.perf_counter() - start
+    number, repeat, min_repeat_ms = settings.number, settings.repeat, settings.min_repeat_ms
+    if first * (2 + number * repeat) > settings.run_timeout / 2:
+        number, repeat, min_repeat_ms = 1, 1, 0
+    if settings.check_results:
+        for index, want in enumerate(expected):
+            error = mismatch(args[len(inputs) + index].numpy(), want, settings.rtol)
+            if error:
+                return f"wrong result in output {index}: {error}"
+    preprocess = ""
+    if settings.flush_cache and dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type():
+        # One run per cost: runs after the first in a cost would find the arguments cached.
+        number, min_repeat_ms, preprocess = 1, 0, FLUSH_CACHE
+    timer = module.time_evaluator(
+        "main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, f_preproc=preprocess
+    )
+    return [float(c) for c in timer(*args).results]
 
 
 def mismatch(got: np.ndarray, want: np.ndarray, rtol: float) -> str | None:
