@@ -91,8 +91,8 @@ def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, packed: bool = False) -> None:
-    """``--model``, ``--storage`` (required), ``--channels-last`` and ``--out`` (required):
-    which finished `model_tuning.py` run's studies to read, and the CSV to write; with
+    """``--model``, ``--storage`` (required), ``--channels-last``, ``--winograd`` and ``--out``
+    (required): which finished `model_tuning.py` run's studies to read, and the CSV to write; with
     `packed` (default False) also ``--prepack-weights``, for a script that times each kernel
     on its own packed arguments (elsewhere the studies are never the packed arm's)."""
     parser.add_argument("--model", default="resnet18", choices=model_zoo.MODELS)
@@ -101,6 +101,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, packed: bool = False) -> 
     parser.add_argument("--channels-last", action="store_true",
                         help="the studies are of channels-last tasks (model_tuning.py's "
                         "--channels-last arm; default: NCHW, its plain arm)")  # fmt: skip
+    parser.add_argument("--winograd", action="store_true",
+                        help="the studies are of Winograd tasks (model_tuning.py's --winograd arm; "
+                        "with --channels-last, NHWC; default: direct ones)")  # fmt: skip
     if packed:
         parser.add_argument("--prepack-weights", action="store_true",
                             help="the studies are of tasks with packed weights (model_tuning.py's "
@@ -115,7 +118,7 @@ def run_studies(args: argparse.Namespace) -> tuple[Any, list, ModelTuning]:
     net, example = model_zoo.model(args.model)
     program = from_torch(net, example, name=args.model)
     tuning = model_tuning(program, target_spec("llvm"), args.storage,
-                          channels_last=args.channels_last,
+                          channels_last=args.channels_last, winograd=args.winograd,
                           prepack_weights=args.prepack_weights)  # fmt: skip
     return program, example, tuning
 
