@@ -323,6 +323,10 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         system += "-prepacked" if args.prepack_weights else ""
         url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}.db')}"
         variants[system] = Arm(url, rewrites=rewrites)
+        # (--warm-start-tasks with --winograd) the Winograd arm warm-started too.
+        if rewrites.winograd and args.warm_start_tasks:
+            url = f"sqlite:///{os.path.join(args.work, f'{name}-{system}-warm.db')}"
+            variants[f"{system}-warm"] = Arm(url, rewrites=rewrites, warm_start=True)
     # (--prepack-weights) these arms are packed too, as the channels-last and Winograd ones.
     layout = "-channels-last" if args.channels_last else ""
     layout += "-prepacked" if args.prepack_weights else ""
@@ -674,8 +678,8 @@ def main() -> None:
     parser.add_argument("--warm-start-tasks", action="store_true",
                         help="also ours with each task warm-started from the model's tasks of "
                         "its kind (tune_model's warm_start; with --channels-last, in NHWC; "
-                        "with --prepack-weights, packed); with --cold-cache, also both at "
-                        "once")  # fmt: skip
+                        "with --prepack-weights, packed; with --winograd, the Winograd arm "
+                        "too); with --cold-cache, also both at once")  # fmt: skip
     parser.add_argument("--share-bests", action="store_true",
                         help="also ours with tasks of one design space handed each other's "
                         "best configs (tune_model's share_bests; with --channels-last, in "
