@@ -636,6 +636,9 @@ def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     ) == "tensortune"  # fmt: skip
     nhwc = model_tuning.arms("m", argparse.Namespace(channels_last=True, **flags))
     assert "tensortune-winograd-channels-last-prepacked" in nhwc
+    winograd = nhwc["tensortune-winograd-channels-last-prepacked-warm"]  # Winograd warm too
+    assert winograd.warm_start and winograd.rewrites.winograd and winograd.rewrites.channels_last
+    assert winograd.storage != nhwc["tensortune-winograd-channels-last-prepacked"].storage
     warm = nhwc["tensortune-channels-last-prepacked-warm"]  # warm in NHWC and packed too
     assert warm.rewrites.channels_last and warm.rewrites.prepack_weights
     assert not plain["tensortune-prepacked-warm"].rewrites.channels_last
