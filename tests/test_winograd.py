@@ -5,6 +5,7 @@ them computes what PyTorch does."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -63,14 +64,19 @@ def test_only_3x3_convolutions_of_stride_1_become_winograd_tasks(block, channels
     assert {t.key for t in winograd} != {t.key for t in direct}
 
 
-@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-def test_a_convolution_of_few_output_tiles_stays_direct(channels_last):
-    # 13x13 is 16 tiles of 4x4 (the least the rewrite takes), 12x12 only 9.
+@pytest.mark.parametrize(
+    ("channels_last", "sizes"),
+    # NCHW's F(4x4): 13x13 is 16 tiles of 4x4 (the least the rewrite takes), 12x12 only 9.
+    # NHWC's F(2x2) at those sizes: 7x7 is 16 tiles of 2x2, 6x6 only 9.
+    [(False, ((13, 2), (12, 0))), (True, ((7, 2), (6, 0)))],
+    ids=["nchw", "nhwc"],
+)
+def test_a_convolution_of_few_output_tiles_stays_direct(channels_last, sizes):
     from tensortune.model.winograd import MIN_TILES
 
     assert MIN_TILES == 16
     target = make_target(LLVM)
-    for size, expected in ((13, 2), (12, 0)):
+    for size, expected in sizes:
         example = (torch.randn(1, 8, size, size),)
         program = from_torch(Block().eval(), example, name="block")
         tasks = extract_tasks(program.mod, target, Rewrites(False, True, channels_last))
@@ -78,15 +84,41 @@ def test_a_convolution_of_few_output_tiles_stays_direct(channels_last):
         assert sum("winograd" in name for name in names) == expected, (size, names)
 
 
+def transformed_weight_taps(task) -> int:  # type: ignore[no-untyped-def]
+    """(m + 2)^2 of a Winograd task's F(m x m, 3x3): the leading dimensions of its weight."""
+    match = re.search(r"param_0: T\.Buffer\(\(T\.int64\((\d+)\), T\.int64\((\d+)\)", task.script)
+    assert match, task.script[:400]
+    return int(match[1]) * int(match[2])
+
+
+@pytest.mark.parametrize(
+    ("channels_last", "size", "taps"),
+    # NHWC: F(4x4) from 64 tiles of 4x4 (29x29 and up), F(2x2) below; NCHW: F(4x4), TVM's.
+    [(True, 29, 36), (True, 28, 16), (True, 14, 16), (False, 14, 36)],
+    ids=["nhwc-29", "nhwc-28", "nhwc-14", "nchw-14"],
+)
+def test_the_tile_size_follows_how_many_tiles_each_weight_element_serves(channels_last, size, taps):
+    target = make_target(LLVM)
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
+    program = from_torch(net, (torch.randn(1, 8, size, size),), name="conv")
+    tasks = extract_tasks(program.mod, target, Rewrites(False, True, channels_last))
+    winograd = [t for t in tasks if "winograd" in t.name]
+    assert len(winograd) == 1, [t.name for t in tasks]
+    assert transformed_weight_taps(winograd[0]) == taps
+
+
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-def test_partial_tiles_read_only_within_the_input_and_compute_the_convolution(block, channels_last):
-    # 14x14 outputs are three whole 4x4 tiles and a part one in each direction: TVM's NCHW
-    # compute alone reads past its padded input there (whatever memory follows it: 1e26 here
-    # once). The model's functions untuned, as the tasks are made.
+def test_partial_tiles_read_only_within_the_input_and_compute_the_convolution(channels_last):
+    # 13x13 outputs are three whole 4x4 tiles (NCHW) or six whole 2x2 ones (NHWC) and a part
+    # one in each direction: TVM's NCHW compute alone reads past its padded input there
+    # (whatever memory follows it: 1e26 here once). The model's functions untuned, as the
+    # tasks are made.
     import tvm
     from tvm import relax
 
-    program, example = block
+    torch.manual_seed(0)
+    example = (torch.randn(1, 8, 13, 13),)
+    program = from_torch(Block().eval(), example, name="block")
     target = make_target(LLVM)
     passes = task_passes(target, Rewrites(winograd=True, channels_last=channels_last))
     with target:

@@ -1,10 +1,14 @@
-"""Winograd convolution for a model's 3x3 convolutions: a quarter of the direct loop's multiplies.
+"""Winograd convolution for a model's 3x3 convolutions: a quarter to four ninths of the direct
+loop's multiplies.
 
-F(4x4, 3x3) (Lavin and Gray, 2016) computes each 4x4 tile of an output channel from a 6x6
-tile of each input channel: the tiles and the weights are transformed, multiplied element by
-element and summed over the input channels (36 small matrix products), and transformed back.
-That is 36 multiplies per tile and channel pair where the direct loop nest does 144. The
-transforms cost adds, and edge tiles are partly wasted, so a layer gains less than 4x.
+F(m x m, 3x3) (Lavin and Gray, 2016) computes each m x m tile of an output channel from an
+(m+2) x (m+2) tile of each input channel: the tiles and the weights are transformed,
+multiplied element by element and summed over the input channels ((m+2)^2 small matrix
+products), and transformed back. F(4x4) does 36 multiplies per tile and channel pair where
+the direct loop nest does 144; F(2x2) does 16 where it does 36. The transforms cost adds, and
+edge tiles are partly wasted, so a layer gains less. F(4x4)'s transformed weight is 2.25x
+F(2x2)'s, and each of its elements serves a quarter as many tiles: where a layer has few
+tiles and many channels its kernel waits on the weight, and F(2x2) is the faster (`nhwc_tile`).
 
 `conv2d_to_winograd` rewrites every eligible ``relax.nn.conv2d`` of a model into a Winograd
 compute applied to the weight transformed by `transformed_weight`: TVM's own in NCHW
@@ -21,17 +25,23 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Output tile size m of F(m x m, 3 x 3): TVM's NCHW compute fixes it at 4.
-TILE = 4
+#: Output tile size m of F(m x m, 3 x 3) in NCHW: TVM's compute fixes it at 4.
+NCHW_TILE = 4
+#: Fewest output tiles of 4x4 for NHWC's F(4x4); below it, F(2x2). ResNet-18's layers alone,
+#: channels-last, 150 trials each (an Emerald Rapids guest, 2 threads; ``studies/README.md``):
+#: 56x56 (196 tiles of 4x4) 0.51 ms in F(4x4) against 0.68 in F(2x2); 28x28 (49) 0.52
+#: against 0.49; 14x14 (16) 0.53 against 0.42.
+MIN_TILES_4X4 = 64
 #: Kernel size the rewrite applies to.
 KERNEL = 3
-#: Fewest output tiles (per image, of `TILE` x `TILE`) a convolution needs for the rewrite.
-#: The transformed weight is 4x the direct one (36 against 9 taps), and each of its elements
-#: serves one multiply-add per tile. ResNet-18's 7x7 layers (4 tiles) read 38 MB of it a call
-#: for 4 multiply-adds each: in the model, where weights come from memory, they took 2.0-2.5
-#: ms a call, 2-3x their time alone, against 1.4-2.1 for the direct convolution, while its
-#: 14x14 layers (16 tiles) won on every reading, 0.82-1.04 against 1.08-1.79 ms (seed 0, 1000
-#: trials; ``studies/README.md``).
+#: Fewest output tiles (per image, of the tile size chosen) a convolution needs for the
+#: rewrite. The transformed weight is 4x (F(4x4): 36 taps) or 1.8x (F(2x2): 16 taps) the direct
+#: one, and each of its elements serves one multiply-add per tile. ResNet-18's 7x7 layers in
+#: NCHW's F(4x4) (4 tiles) read 38 MB of it a call for 4 multiply-adds each: in the model they
+#: took 2.0-2.5 ms a call, 2-3x their time alone, against 1.4-2.1 for the direct convolution
+#: (seed 0, 1000 trials, a Zen 4 guest), while its 14x14 layers (16 tiles) won on every
+#: reading. In NHWC's F(2x2) the 7x7 layers are 16 tiles, and won alone: 0.57 ms against 0.66
+#: direct (512 channels, 150 trials each, an Emerald Rapids guest).
 MIN_TILES = 16
 #: The (data, kernel, output) layouts the rewrite takes: PyTorch's, and channels-last's.
 LAYOUTS = (("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC"))
@@ -39,10 +49,11 @@ LAYOUTS = (("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC"))
 _OUT_ELEMWISE_FUSABLE = 4
 
 
-def transformed_weight(weight: Any, layout: str = "OIHW") -> Any:
-    """The te tensor ``G w G^T`` of a 3x3 `weight` te tensor in `layout` (``"OIHW"``, the
-    default, or ``"HWIO"``), laid out ``(6, 6, in channels, out channels)`` as both Winograd
-    computes read it: output channels innermost, where a kernel vectorizes."""
+def transformed_weight(weight: Any, layout: str = "OIHW", tile: int = NCHW_TILE) -> Any:
+    """The te tensor ``G w G^T`` of F(`tile` x `tile`, 3x3) (default `NCHW_TILE`) of a 3x3
+    `weight` te tensor in `layout` (``"OIHW"``, the default, or ``"HWIO"``), laid out
+    ``(tile + 2, tile + 2, in channels, out channels)`` as both Winograd computes read it:
+    output channels innermost, where a kernel vectorizes."""
     from tvm import te
     from tvm.topi.nn.winograd_util import winograd_transform_matrices
 
@@ -50,8 +61,8 @@ def transformed_weight(weight: Any, layout: str = "OIHW") -> Any:
         kh, kw, in_channels, out_channels = (int(d) for d in weight.shape)
     else:
         out_channels, in_channels, kh, kw = (int(d) for d in weight.shape)
-    alpha = TILE + kh - 1
-    _, _, g = winograd_transform_matrices(TILE, kh, str(weight.dtype))
+    alpha = tile + kh - 1
+    _, _, g = winograd_transform_matrices(tile, kh, str(weight.dtype))
     rh = te.reduce_axis((0, kh), "rh")
     rw = te.reduce_axis((0, kw), "rw")
 
@@ -65,13 +76,30 @@ def transformed_weight(weight: Any, layout: str = "OIHW") -> Any:
     )
 
 
-def output_tiles(height: int, width: int, padding: list[int]) -> tuple[int, int, int, int]:
+def output_tiles(
+    height: int, width: int, padding: list[int], tile: int = NCHW_TILE
+) -> tuple[int, int, int, int]:
     """The output height and width of a 3x3 convolution of stride 1 over a `height` x
-    `width` input with `padding` (top, left, bottom, right), and how many `TILE` x `TILE`
-    tiles cover them down and across (the last ones partly outside where they do not divide)."""
+    `width` input with `padding` (top, left, bottom, right), and how many `tile` x `tile`
+    (default `NCHW_TILE`) tiles cover them down and across (the last ones partly outside where
+    they do not divide)."""
     top, left, bottom, right = padding
     out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
-    return out_h, out_w, -(-out_h // TILE), -(-out_w // TILE)
+    return out_h, out_w, -(-out_h // tile), -(-out_w // tile)
+
+
+def nhwc_tile(height: int, width: int, padding: list[int]) -> int:
+    """The output tile size of NHWC's Winograd convolution over a `height` x `width` input with
+    `padding`: 4 where the output has at least `MIN_TILES_4X4` tiles of 4x4, else 2 (each
+    element of the transformed weight then serves 4x the tiles, for 1.8x the multiplies)."""
+    _, _, tiles_h, tiles_w = output_tiles(height, width, padding, 4)
+    return 4 if tiles_h * tiles_w >= MIN_TILES_4X4 else 2
+
+
+def chosen_tile(layout: str, height: int, width: int, padding: list[int]) -> int:
+    """The output tile size of the Winograd convolution in `layout` (the data's, ``"NCHW"`` or
+    ``"NHWC"``) over a `height` x `width` input with `padding`."""
+    return nhwc_tile(height, width, padding) if layout == "NHWC" else NCHW_TILE
 
 
 def winograd_conv2d(data: Any, weight: Any, padding: list[int]) -> Any:
@@ -85,7 +113,7 @@ def winograd_conv2d(data: Any, weight: Any, padding: list[int]) -> Any:
 
     top, left, bottom, right = padding
     height, width, tiles_h, tiles_w = output_tiles(int(data.shape[2]), int(data.shape[3]), padding)
-    extra_h, extra_w = tiles_h * TILE - height, tiles_w * TILE - width
+    extra_h, extra_w = tiles_h * NCHW_TILE - height, tiles_w * NCHW_TILE - width
     out = topi.nn.conv2d_winograd_nchw_without_weight_transform(
         data, weight, 1, [top, left, bottom + extra_h, right + extra_w], 1, str(data.dtype)
     )
@@ -99,9 +127,10 @@ def winograd_conv2d(data: Any, weight: Any, padding: list[int]) -> Any:
     )
 
 
-def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int]) -> Any:
-    """The NHWC Winograd convolution of te tensors `data` and `weight` (transformed by
-    `transformed_weight`), stride and dilation 1, `padding` as (top, left, bottom, right).
+def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int], tile: int = 4) -> Any:
+    """The NHWC Winograd convolution F(`tile` x `tile`, 3x3) (default 4) of te tensors `data`
+    and `weight` (transformed by `transformed_weight` with the same `tile`), stride and
+    dilation 1, `padding` as (top, left, bottom, right).
 
     The stages and their names are TOPI's NHWC compute's, so that MetaSchedule's CPU rules
     for its data-transform and inverse blocks (``conv2d_nhwc_winograd_*``) schedule them: pad,
@@ -114,13 +143,13 @@ def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int]) -> Any:
     batch, in_h, in_w, in_channels = (int(d) for d in data.shape)
     out_channels = int(weight.shape[3])
     top, left = padding[:2]
-    alpha = TILE + KERNEL - 1
-    height, width, tiles_h, tiles_w = output_tiles(in_h, in_w, padding)
+    alpha = tile + KERNEL - 1
+    height, width, tiles_h, tiles_w = output_tiles(in_h, in_w, padding, tile)
     tiles = batch * tiles_h * tiles_w
-    a, b, _ = winograd_transform_matrices(TILE, KERNEL, str(data.dtype))
-    # Padded to whole tiles: (tiles - 1) * TILE + alpha rows and columns.
-    below = (tiles_h - 1) * TILE + alpha - in_h - top
-    beyond = (tiles_w - 1) * TILE + alpha - in_w - left
+    a, b, _ = winograd_transform_matrices(tile, KERNEL, str(data.dtype))
+    # Padded to whole tiles: (tiles - 1) * tile + alpha rows and columns.
+    below = (tiles_h - 1) * tile + alpha - in_h - top
+    beyond = (tiles_w - 1) * tile + alpha - in_w - left
     padded = topi.nn.pad(
         data,
         (0, top, left, 0),
@@ -134,7 +163,7 @@ def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int]) -> Any:
 
     def gather(eps: Any, nu: Any, p: Any, ci: Any) -> Any:
         n, th, tw = tile_of(p)
-        return padded[n, th * TILE + eps, tw * TILE + nu, ci]
+        return padded[n, th * tile + eps, tw * tile + nu, ci]
 
     input_tile = te.compute(
         (alpha, alpha, tiles, in_channels), gather, name="input_tile",
@@ -157,44 +186,46 @@ def winograd_conv2d_nhwc(data: Any, weight: Any, padding: list[int]) -> Any:
     )
     ra, rb = te.reduce_axis((0, alpha), "r_a"), te.reduce_axis((0, alpha), "r_b")
     inverse = te.compute(
-        (TILE, TILE, tiles, out_channels),
+        (tile, tile, tiles, out_channels),
         lambda vh, vw, p, co: te.sum(bgemm[ra, rb, p, co] * a[ra, vh] * a[rb, vw], axis=[ra, rb]),
         name="inverse",
         attrs={"schedule_rule": "conv2d_nhwc_winograd_inverse"},
     )
 
     def scatter(n: Any, h: Any, w: Any, co: Any) -> Any:
-        p = (n * tiles_h + h // TILE) * tiles_w + w // TILE
-        return inverse[h % TILE, w % TILE, p, co]
+        p = (n * tiles_h + h // tile) * tiles_w + w // tile
+        return inverse[h % tile, w % tile, p, co]
 
     return te.compute((batch, height, width, out_channels), scatter, name="conv2d_winograd")
 
 
-def is_eligible(call: Any) -> bool:
-    """Whether Relax expression `call` is a convolution this rewrite takes: ``nn.conv2d`` in
-    NCHW / OIHW or NHWC / HWIO (`LAYOUTS`), float32, 3x3, stride 1, dilation 1, one group,
-    its weight a constant, with at least `MIN_TILES` output tiles."""
+def winograd_tile(call: Any) -> int | None:
+    """The output tile size of the Winograd convolution Relax expression `call` becomes
+    (`chosen_tile`), or None where it is not a convolution this rewrite takes: ``nn.conv2d``
+    in NCHW / OIHW or NHWC / HWIO (`LAYOUTS`), float32, 3x3, stride 1, dilation 1, one group,
+    its weight a constant, with at least `MIN_TILES` output tiles of that size."""
     import tvm
     from tvm import relax
 
     if not isinstance(call, relax.Call) or call.op != tvm.ir.Op.get("relax.nn.conv2d"):
-        return False
+        return None
     weight, attrs = call.args[1], call.attrs
     if not isinstance(weight, tvm.ir.expr.GenericConst):  # a weight computed at run time
-        return False
+        return None
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
     if layouts not in LAYOUTS:
-        return False
+        return None
     shape = dict(zip(layouts[1], (int(d) for d in weight.value.shape), strict=True))
     data_shape = getattr(call.args[0].ty, "shape", None)
     if not isinstance(data_shape, relax.ShapeExpr):
-        return False  # a rank known only at run time
+        return None  # a rank known only at run time
     data = dict(zip(layouts[0], data_shape.values, strict=True))
     if not all(isinstance(data[d], tvm.tirx.IntImm) for d in "HW"):
-        return False  # a size known only at run time
-    padding = [int(p) for p in attrs.padding]
-    _, _, tiles_h, tiles_w = output_tiles(int(data["H"]), int(data["W"]), padding)
-    return (
+        return None  # a size known only at run time
+    height, width, padding = int(data["H"]), int(data["W"]), [int(p) for p in attrs.padding]
+    tile = chosen_tile(layouts[0], height, width, padding)
+    _, _, tiles_h, tiles_w = output_tiles(height, width, padding, tile)
+    eligible = (
         (shape["H"], shape["W"]) == (KERNEL, KERNEL)
         and tiles_h * tiles_w >= MIN_TILES
         and str(weight.value.dtype) == "float32"
@@ -203,10 +234,11 @@ def is_eligible(call: Any) -> bool:
         and int(attrs.groups) == 1
         and (attrs.out_dtype is None or str(attrs.out_dtype) in ("", "void", "float32"))
     )
+    return tile if eligible else None
 
 
 def conv2d_to_winograd() -> Any:
-    """A module pass that rewrites every eligible convolution (`is_eligible`) of a Relax
+    """A module pass that rewrites every eligible convolution (`winograd_tile`) of a Relax
     module's functions into a Winograd convolution of its transformed weight."""
     import tvm
     from tvm import relax
@@ -216,21 +248,25 @@ def conv2d_to_winograd() -> Any:
     class Rewriter(PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = self.visit_expr_post_order(call)
-            if not is_eligible(call):
+            tile = winograd_tile(call)
+            if tile is None:
                 return call
             data, weight = call.args
             layout = str(call.attrs.kernel_layout)
             transformed = self.builder_.emit(
                 self.builder_.call_te(
-                    transformed_weight, weight, layout, primfunc_name_hint="winograd_weight"
+                    transformed_weight, weight, layout, tile, primfunc_name_hint="winograd_weight"
                 )
             )
+            padding = [int(p) for p in call.attrs.padding]
             compute = winograd_conv2d_nhwc if layout == "HWIO" else winograd_conv2d
+            tile_args = [tile] if layout == "HWIO" else []  # TVM's NCHW compute: `NCHW_TILE`
             return self.builder_.call_te(
                 compute,
                 data,
                 transformed,
-                [int(p) for p in call.attrs.padding],
+                padding,
+                *tile_args,
                 primfunc_name_hint="conv2d_winograd",
                 primfunc_attrs={"op_pattern": _OUT_ELEMWISE_FUSABLE},
             )
