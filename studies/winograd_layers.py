@@ -3,11 +3,16 @@
 Each of ResNet-18's four 3x3 convolutions of stride 1 (64 channels at 56x56, 128 at 28x28, 256
 at 14x14, 512 at 7x7; batch 1, with its bias and ReLU) is a one-layer model, tuned by
 `tune_model` with the same trials two ways: direct and with Winograd convolutions, both with
-packed weights (as ONNX Runtime's). Each seed's two builds are then timed side by side with
-PyTorch eager and ONNX Runtime, in round-robin rounds (`model_timing.round_robin`).
+packed weights (as ONNX Runtime's). With ``--channels-last`` the builds are channels-last,
+unpacked (the default model build), and Winograd is tuned twice, F(4x4) and F(2x2) each
+forced (``winograd-4x4``, ``winograd-2x2``), where `tune_model` would choose one per layer
+(`tensortune.model.winograd.nhwc_tile`); F(4x4) leaves 7x7 direct (too few tiles). Each
+seed's builds are then timed side by side with PyTorch eager and ONNX Runtime, in round-robin
+rounds (`model_timing.round_robin`).
 
     python studies/winograd_layers.py                     # 4 layers, seeds 0 1 2, 64 trials
     python studies/winograd_layers.py --layers c28x128 --seeds 0 --trials 32
+    python studies/winograd_layers.py --channels-last --out studies/results/winograd-tiles
 
 Writes under ``--out`` (default ``studies/results/winograd-layers/``): ``winograd_layers.csv``
 (per layer, system and seed: µs, GFLOP/s counted as the direct convolution's FLOPs, ÷ direct
@@ -18,10 +23,12 @@ go to ``--work`` (default ``studies/work/winograd``); a second run resumes them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 
 import model_timing
 import optuna
@@ -29,6 +36,7 @@ import torch
 from results_io import write_csv
 
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
+from tensortune.model import winograd as winograd_rewrite
 from tensortune.model.database import write_database
 from tensortune.target import target_spec
 
@@ -36,6 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: ResNet-18's 3x3 convolutions of stride 1: (channels, height = width).
 LAYERS = {"c56x64": (64, 56), "c28x128": (128, 28), "c14x256": (256, 14), "c7x512": (512, 7)}
 SYSTEMS = ("direct", "winograd")
+#: With ``--channels-last``: the NHWC Winograd tile sizes, each forced on every layer.
+TILE_SYSTEMS = {"winograd-4x4": 4, "winograd-2x2": 2}
 
 
 class ConvRelu(torch.nn.Module):
@@ -54,8 +64,21 @@ def direct_flops(channels: int, size: int) -> float:
     return 2.0 * channels * channels * 9 * size * size
 
 
+@contextlib.contextmanager
+def forced_tile(tile: int | None) -> Iterator[None]:
+    """NHWC's Winograd rewrite with output tiles of `tile` x `tile` on every layer (None: its
+    own choice, `tensortune.model.winograd.nhwc_tile`), while the block runs."""
+    chosen = winograd_rewrite.chosen_tile
+    if tile is not None:
+        winograd_rewrite.chosen_tile = lambda layout, height, width, padding: tile
+    try:
+        yield
+    finally:
+        winograd_rewrite.chosen_tile = chosen
+
+
 def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
-    """Tune `layer` both ways for every seed, time the builds side by side, return the rows."""
+    """Tune `layer` each way for every seed, time the builds side by side, return the rows."""
     channels, size = LAYERS[layer]
     torch.manual_seed(0)
     net = ConvRelu(channels).eval()
@@ -67,19 +90,23 @@ def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
     folder = tempfile.mkdtemp(prefix=f"{layer}-")
     calls = dict(model_timing.frameworks(net, example, folder))
     tuning_s: dict[str, float] = {}
+    systems = ("direct", *TILE_SYSTEMS) if args.channels_last else SYSTEMS
+    layout = "-nhwc" if args.channels_last else ""
     for seed in args.seeds:
-        for system in SYSTEMS:
+        for system in systems:
             key = f"{system}-s{seed}"
-            storage = f"sqlite:///{os.path.join(args.work, f'{layer}-{key}.db')}"
+            storage = f"sqlite:///{os.path.join(args.work, f'{layer}{layout}-{key}.db')}"
             start = time.perf_counter()
-            tuning = tune_model(
-                program, args.trials, target, storage=storage, seed=seed, prepack_weights=True,
-                winograd=system == "winograd", channels_last=False, progress=lambda line: None,
-            )  # fmt: skip
-            tuning_s[key] = time.perf_counter() - start  # a resumed run counts only its rest
-            database = os.path.join(folder, f"db-{key}")
-            write_database(tuning.tasks, tuning.studies, tuning.target, database)
-            built = build(program, target, database, tuning.rewrites)
+            with forced_tile(TILE_SYSTEMS.get(system)):
+                tuning = tune_model(
+                    program, args.trials, target, storage=storage, seed=seed,
+                    prepack_weights=not args.channels_last, winograd=system != "direct",
+                    channels_last=args.channels_last, progress=lambda line: None,
+                )  # fmt: skip
+                tuning_s[key] = time.perf_counter() - start  # a resumed run: only its rest
+                database = os.path.join(folder, f"db-{key}")
+                write_database(tuning.tasks, tuning.studies, tuning.target, database)
+                built = build(program, target, database, tuning.rewrites)
             check_outputs(run(built, inputs), expected)
             calls[key] = model_timing.vm_call(built, inputs)
             print(f"{layer} {key}: tuned in {tuning_s[key]:.0f} s", flush=True)
@@ -120,12 +147,26 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tile_choices(layers: list[str]) -> str:
+    """A line naming the tile size `tune_model` chooses for each of `layers` in NHWC."""
+    picks = []
+    for layer in layers:
+        size = LAYERS[layer][1]
+        tile = winograd_rewrite.nhwc_tile(size, size, [1, 1, 1, 1])
+        picks.append(f"{layer} F({tile}x{tile})")
+    return f"\n`tune_model`'s own choice in NHWC: {', '.join(picks)}.\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--layers", nargs="+", default=list(LAYERS), choices=list(LAYERS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--trials", type=int, default=64, help="per layer and system (64)")
     parser.add_argument("--rounds", type=int, default=model_timing.ROUNDS)
+    parser.add_argument(
+        "--channels-last", action="store_true",
+        help="channels-last builds, unpacked, Winograd F(4x4) and F(2x2) each forced (off)",
+    )  # fmt: skip
     parser.add_argument("--work", default=os.path.join(HERE, "work", "winograd"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "winograd-layers"))
     args = parser.parse_args()
@@ -136,9 +177,10 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     rows = [row for layer in args.layers for row in run_layer(layer, args)]
     write_csv(os.path.join(args.out, "winograd_layers.csv"), rows)
+    text = summary(rows) + (tile_choices(args.layers) if args.channels_last else "")
     with open(os.path.join(args.out, "winograd_layers.md"), "w") as f:
-        f.write(summary(rows))
-    print(summary(rows))
+        f.write(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ def test_the_model_estimate_adds_each_share_and_is_unknown_until_every_task_ran(
     [
         ("fused_conv2d9_add7_add8_relu4", "conv2d"),
         ("fused_conv2d_add_relu", "conv2d"),
+        ("fused_conv2d_winograd2_add5_add6_relu3", "conv2d_winograd"),
+        ("fused_conv2d_winograd_add1_relu1", "conv2d_winograd"),
         ("fused_matmul3_add1", "matmul"),
         ("matmul2", "matmul"),
         ("layer_norm", "layer"),

@@ -1512,3 +1512,35 @@ def test_reach_reads_each_winner_against_the_vendor_of_its_run():
     table = reach.reach_table(rows, [16])
     assert "| xgb | shapes | cold | 2 | 100 % (2/2) |" in table  # 50 % and 100 % in GFLOP/s
     assert "| xgb | shapes | warm | 2 | 75 % (1/2) |" in table
+
+
+def test_winograd_layers_forces_each_nhwc_tile_and_restores_the_choice():
+    """``winograd_layers.py --channels-last`` tunes F(4x4) and F(2x2) on every layer: inside
+    `forced_tile` the rewrite makes the forced tile's tasks (F(4x4) leaves too few tiles of a
+    7x7 layer direct), and after it the rewrite chooses again."""
+    torch = pytest.importorskip("torch")
+    from tensortune.model import from_torch
+    from tensortune.model.tasks import Rewrites, extract_tasks
+    from tensortune.target import make_target, target_spec
+
+    layers = studies_module("winograd_layers")
+    target = make_target(target_spec("llvm"))
+    nhwc_winograd = Rewrites(winograd=True, channels_last=True)
+
+    def weight_taps(size: int) -> list[str]:
+        net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
+        program = from_torch(net, (torch.randn(1, 8, size, size),), name="conv")
+        tasks = extract_tasks(program.mod, target, nhwc_winograd)
+        return [t.script.split("param_0: T.Buffer((T.int64(", 1)[1][0] for t in tasks
+                if "winograd" in t.name]  # fmt: skip
+
+    assert weight_taps(14) == ["4"]  # its own choice: F(2x2), a 4x4 transformed weight
+    with layers.forced_tile(4):
+        assert weight_taps(14) == ["6"]
+        assert weight_taps(7) == []  # 4 tiles of 4x4: direct
+    assert weight_taps(14) == ["4"]
+    with layers.forced_tile(2):
+        assert weight_taps(56) == ["4"]
+    assert weight_taps(56) == ["6"]
+    choices = layers.tile_choices(["c56x64", "c14x256"])
+    assert "c56x64 F(4x4)" in choices and "c14x256 F(2x2)" in choices

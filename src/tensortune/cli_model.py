@@ -112,9 +112,10 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--winograd",
         action="store_true",
-        help="compute 3x3 convolutions of stride 1 as Winograd F(4x4, 3x3) convolutions, "
-        "their weights transformed once at build time (CPU targets; its tasks' studies are "
-        "apart from those of a run without it; default: off)",
+        help="compute 3x3 convolutions of stride 1 as Winograd convolutions (F(4x4, 3x3); "
+        "with --channels-last, F(2x2, 3x3) on small layers), their weights transformed once "
+        "at build time (CPU targets; its tasks' studies are apart from those of a run "
+        "without it; default: off)",
     )
     parser.add_argument(
         "--channels-last",

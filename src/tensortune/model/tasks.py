@@ -40,9 +40,15 @@ class ModelTask:
 
     @property
     def kind(self) -> str:
-        """Its leading operator, e.g. ``conv2d`` for ``fused_conv2d9_add7_relu4``: tasks of one
-        kind are expected to reach alike FLOP/s (see `tensortune.model.scheduler`)."""
-        head = self.name.removeprefix("fused_").split("_", 1)[0]
+        """Its leading operator, e.g. ``conv2d`` for ``fused_conv2d9_add7_relu4``, and
+        ``conv2d_winograd`` for a Winograd convolution's (`tensortune.model.winograd`): tasks
+        of one kind are expected to reach alike FLOP/s (see `tensortune.model.scheduler`), and
+        a Winograd task's FLOPs count its batched products alone, under half the direct
+        convolution's, so it reaches under half a direct one's FLOP/s at its best."""
+        head = self.name.removeprefix("fused_")
+        if head.startswith("conv2d_winograd"):
+            return "conv2d_winograd"
+        head = head.split("_", 1)[0]
         return re.sub(r"\d+$", "", head) or head
 
     @functools.cached_property

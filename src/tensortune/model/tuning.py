@@ -145,10 +145,11 @@ def tune_model(
             ``cpu_weight_prepack`` do (CPU targets only). Its tasks are other functions, so
             other studies than those of a run without it. Default False.
         winograd: Compute the model's 3x3 convolutions of stride 1 (float32, constant
-            weights) as Winograd F(4x4, 3x3) convolutions, whose weights are transformed once
-            at build time (`tensortune.model.winograd`; CPU targets only): NHWC ones with
-            `channels_last`, else NCHW. Other tasks, so other studies, as with
-            `prepack_weights`. Default False.
+            weights) as Winograd convolutions, whose weights are transformed once at build
+            time (`tensortune.model.winograd`; CPU targets only): NHWC ones with
+            `channels_last`, F(4x4, 3x3) or F(2x2, 3x3) by the layer's size, else NCHW
+            F(4x4, 3x3) ones. Other tasks, so other studies, as with `prepack_weights`.
+            Default False.
         channels_last: Compute the model's convolutions on NHWC data, converted by TVM's
             ``ConvertLayout`` (the model's inputs and outputs keep their layout; CPU targets
             only; with `winograd`, NHWC Winograd ones): a kernel can vectorize along the
