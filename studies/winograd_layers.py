@@ -6,9 +6,9 @@ at 14x14, 512 at 7x7; batch 1, with its bias and ReLU) is a one-layer model, tun
 packed weights (as ONNX Runtime's). With ``--channels-last`` the builds are channels-last,
 unpacked (the default model build), and Winograd is tuned twice, F(4x4) and F(2x2) each
 forced (``winograd-4x4``, ``winograd-2x2``), where `tune_model` would choose one per layer
-(`tensortune.model.winograd.nhwc_tile`); F(4x4) leaves 7x7 direct (too few tiles). Each
-seed's builds are then timed side by side with PyTorch eager and ONNX Runtime, in round-robin
-rounds (`model_timing.round_robin`).
+(`tensortune.model.winograd.nhwc_tile`); F(4x4) would leave 7x7 direct (too few tiles), so
+that layer has no F(4x4) arm. Each seed's builds are then timed side by side with PyTorch
+eager and ONNX Runtime, in round-robin rounds (`model_timing.round_robin`).
 
     python studies/winograd_layers.py                     # 4 layers, seeds 0 1 2, 64 trials
     python studies/winograd_layers.py --layers c28x128 --seeds 0 --trials 32
@@ -77,6 +77,15 @@ def forced_tile(tile: int | None) -> Iterator[None]:
         winograd_rewrite.chosen_tile = chosen
 
 
+def rewrites_the_layer(tile: int | None, size: int) -> bool:
+    """Whether F(`tile` x `tile`) (None: not forced) rewrites a `size` x `size` layer: too few
+    tiles (`tensortune.model.winograd.MIN_TILES`) leave it direct, a second direct arm."""
+    if tile is None:
+        return True
+    _, _, tiles_h, tiles_w = winograd_rewrite.output_tiles(size, size, [1, 1, 1, 1], tile)
+    return tiles_h * tiles_w >= winograd_rewrite.MIN_TILES
+
+
 def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
     """Tune `layer` each way for every seed, time the builds side by side, return the rows."""
     channels, size = LAYERS[layer]
@@ -91,6 +100,7 @@ def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
     calls = dict(model_timing.frameworks(net, example, folder))
     tuning_s: dict[str, float] = {}
     systems = ("direct", *TILE_SYSTEMS) if args.channels_last else SYSTEMS
+    systems = tuple(s for s in systems if rewrites_the_layer(TILE_SYSTEMS.get(s), size))
     layout = "-nhwc" if args.channels_last else ""
     for seed in args.seeds:
         for system in systems:

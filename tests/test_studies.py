@@ -1542,5 +1542,7 @@ def test_winograd_layers_forces_each_nhwc_tile_and_restores_the_choice():
     with layers.forced_tile(2):
         assert weight_taps(56) == ["4"]
     assert weight_taps(56) == ["6"]
+    assert not layers.rewrites_the_layer(4, 7) and layers.rewrites_the_layer(2, 7)
+    assert layers.rewrites_the_layer(None, 7)
     choices = layers.tile_choices(["c56x64", "c14x256"])
     assert "c56x64 F(4x4)" in choices and "c14x256 F(2x2)" in choices
