@@ -6,8 +6,8 @@ at 14x14, 512 at 7x7; batch 1, with its bias and ReLU) is a one-layer model, tun
 packed weights (as ONNX Runtime's). With ``--channels-last`` the builds are channels-last,
 unpacked (the default model build), and Winograd is tuned twice, F(4x4) and F(2x2) each
 forced (``winograd-4x4``, ``winograd-2x2``), where `tune_model` would choose one per layer
-(`tensortune.model.winograd.nhwc_tile`); F(4x4) would leave 7x7 direct (too few tiles), so
-that layer has no F(4x4) arm. Each seed's builds are then timed side by side with PyTorch
+(`tensortune.model.winograd.nhwc_tile`); a layer the rewrite leaves direct (7x7: too few
+tiles) has only its direct arm. Each seed's builds are then timed side by side with PyTorch
 eager and ONNX Runtime, in round-robin rounds (`model_timing.round_robin`).
 
     python studies/winograd_layers.py                     # 4 layers, seeds 0 1 2, 64 trials
@@ -77,12 +77,11 @@ def forced_tile(tile: int | None) -> Iterator[None]:
         winograd_rewrite.chosen_tile = chosen
 
 
-def rewrites_the_layer(tile: int | None, size: int) -> bool:
-    """Whether F(`tile` x `tile`) (None: not forced) rewrites a `size` x `size` layer: too few
-    tiles (`tensortune.model.winograd.MIN_TILES`) leave it direct, a second direct arm."""
-    if tile is None:
-        return True
-    _, _, tiles_h, tiles_w = winograd_rewrite.output_tiles(size, size, [1, 1, 1, 1], tile)
+def rewrites_the_layer(size: int) -> bool:
+    """Whether the Winograd rewrite takes a `size` x `size` layer: too few tiles of 4x4
+    (`tensortune.model.winograd.MIN_TILES`) leave it direct, so its Winograd arms would be
+    second direct ones."""
+    _, _, tiles_h, tiles_w = winograd_rewrite.output_tiles(size, size, [1, 1, 1, 1], 4)
     return tiles_h * tiles_w >= winograd_rewrite.MIN_TILES
 
 
@@ -100,7 +99,7 @@ def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
     calls = dict(model_timing.frameworks(net, example, folder))
     tuning_s: dict[str, float] = {}
     systems = ("direct", *TILE_SYSTEMS) if args.channels_last else SYSTEMS
-    systems = tuple(s for s in systems if rewrites_the_layer(TILE_SYSTEMS.get(s), size))
+    systems = systems if rewrites_the_layer(size) else ("direct",)
     layout = "-nhwc" if args.channels_last else ""
     for seed in args.seeds:
         for system in systems:
@@ -163,7 +162,7 @@ def tile_choices(layers: list[str]) -> str:
     for layer in layers:
         size = LAYERS[layer][1]
         tile = winograd_rewrite.nhwc_tile(size, size, [1, 1, 1, 1])
-        picks.append(f"{layer} F({tile}x{tile})")
+        picks.append(f"{layer} F({tile}x{tile})" if rewrites_the_layer(size) else f"{layer} direct")
     return f"\n`tune_model`'s own choice in NHWC: {', '.join(picks)}.\n"
 
 

@@ -1515,9 +1515,9 @@ def test_reach_reads_each_winner_against_the_vendor_of_its_run():
 
 
 def test_winograd_layers_forces_each_nhwc_tile_and_restores_the_choice():
-    """``winograd_layers.py --channels-last`` tunes F(4x4) and F(2x2) on every layer: inside
-    `forced_tile` the rewrite makes the forced tile's tasks (F(4x4) leaves too few tiles of a
-    7x7 layer direct), and after it the rewrite chooses again."""
+    """``winograd_layers.py --channels-last`` tunes F(4x4) and F(2x2) on every layer the
+    rewrite takes (not 7x7: too few tiles): inside `forced_tile` the rewrite makes the forced
+    tile's tasks, and after it the rewrite chooses again."""
     torch = pytest.importorskip("torch")
     from tensortune.model import from_torch
     from tensortune.model.tasks import Rewrites, extract_tasks
@@ -1537,12 +1537,12 @@ def test_winograd_layers_forces_each_nhwc_tile_and_restores_the_choice():
     assert weight_taps(14) == ["4"]  # its own choice: F(2x2), a 4x4 transformed weight
     with layers.forced_tile(4):
         assert weight_taps(14) == ["6"]
-        assert weight_taps(7) == []  # 4 tiles of 4x4: direct
+        assert weight_taps(7) == []  # 4 tiles of 4x4: direct whatever the tile
     assert weight_taps(14) == ["4"]
     with layers.forced_tile(2):
         assert weight_taps(56) == ["4"]
     assert weight_taps(56) == ["6"]
-    assert not layers.rewrites_the_layer(4, 7) and layers.rewrites_the_layer(2, 7)
-    assert layers.rewrites_the_layer(None, 7)
-    choices = layers.tile_choices(["c56x64", "c14x256"])
+    assert not layers.rewrites_the_layer(7) and layers.rewrites_the_layer(14)
+    choices = layers.tile_choices(["c56x64", "c14x256", "c7x512"])
     assert "c56x64 F(4x4)" in choices and "c14x256 F(2x2)" in choices
+    assert "c7x512 direct" in choices

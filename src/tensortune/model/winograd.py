@@ -28,21 +28,23 @@ from typing import Any
 #: Output tile size m of F(m x m, 3 x 3) in NCHW: TVM's compute fixes it at 4.
 NCHW_TILE = 4
 #: Fewest output tiles of 4x4 for NHWC's F(4x4); below it, F(2x2). ResNet-18's layers alone,
-#: channels-last, 150 trials each (an Emerald Rapids guest, 2 threads; ``studies/README.md``):
-#: 56x56 (196 tiles of 4x4) 0.51 ms in F(4x4) against 0.68 in F(2x2); 28x28 (49) 0.52
-#: against 0.49, a tie; 14x14 (16) 0.53 against 0.42. In the model (seed 0, 1000 trials) the
-#: 28x28 layers' F(2x2) kernels took 0.42-0.46 ms a call, where F(4x4)'s had taken 0.29-0.35.
+#: channels-last (an Emerald Rapids guest, 2 threads; ``studies/README.md``): 56x56 (196 tiles
+#: of 4x4) 0.51 ms in F(4x4) against 0.68 in F(2x2), 150 trials; 28x28 (49) 0.52 against
+#: 0.49, a tie, and in the model (seed 0, 1000 trials) F(2x2)'s kernels took 0.42-0.46 ms a
+#: call where F(4x4)'s had taken 0.29-0.35; 14x14 (16) 445 and 412 µs in F(2x2) against 685
+#: and 483 in F(4x4), side by side (two seeds, 100 trials).
 MIN_TILES_4X4 = 32
 #: Kernel size the rewrite applies to.
 KERNEL = 3
-#: Fewest output tiles (per image, of the tile size chosen) a convolution needs for the
-#: rewrite. The transformed weight is 4x (F(4x4): 36 taps) or 1.8x (F(2x2): 16 taps) the direct
-#: one, and each of its elements serves one multiply-add per tile. ResNet-18's 7x7 layers in
-#: NCHW's F(4x4) (4 tiles) read 38 MB of it a call for 4 multiply-adds each: in the model they
-#: took 2.0-2.5 ms a call, 2-3x their time alone, against 1.4-2.1 for the direct convolution
-#: (seed 0, 1000 trials, a Zen 4 guest), while its 14x14 layers (16 tiles) won on every
-#: reading. In NHWC's F(2x2) the 7x7 layers are 16 tiles, and won alone: 0.57 ms against 0.66
-#: direct (512 channels, 150 trials each, an Emerald Rapids guest).
+#: Fewest output tiles of 4x4 (per image) a convolution needs for the rewrite, whatever tile
+#: size it then gets. The transformed weight is 4x (F(4x4): 36 taps) or 1.8x (F(2x2): 16 taps)
+#: the direct one, and each of its elements serves one multiply-add per tile. ResNet-18's 7x7
+#: layers in F(4x4) (4 tiles) read 38 MB of it a call for 4 multiply-adds each: in the model
+#: they took 2.0-2.5 ms a call, 2-3x their time alone, against 1.4-2.1 for the direct
+#: convolution (seed 0, 1000 trials, a Zen 4 guest), while its 14x14 layers (16 tiles) won on
+#: every reading. In F(2x2) (16 tiles of 2x2) they tied the direct one side by side: 782 and
+#: 666 µs against 765 and 692 (two seeds, 100 trials, an Emerald Rapids guest), in 1.2-1.4x its
+#: tuning time.
 MIN_TILES = 16
 #: The (data, kernel, output) layouts the rewrite takes: PyTorch's, and channels-last's.
 LAYOUTS = (("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC"))
@@ -204,7 +206,7 @@ def winograd_tile(call: Any) -> int | None:
     """The output tile size of the Winograd convolution Relax expression `call` becomes
     (`chosen_tile`), or None where it is not a convolution this rewrite takes: ``nn.conv2d``
     in NCHW / OIHW or NHWC / HWIO (`LAYOUTS`), float32, 3x3, stride 1, dilation 1, one group,
-    its weight a constant, with at least `MIN_TILES` output tiles of that size."""
+    its weight a constant, with at least `MIN_TILES` output tiles of 4x4."""
     import tvm
     from tvm import relax
 
@@ -224,8 +226,7 @@ def winograd_tile(call: Any) -> int | None:
     if not all(isinstance(data[d], tvm.tirx.IntImm) for d in "HW"):
         return None  # a size known only at run time
     height, width, padding = int(data["H"]), int(data["W"]), [int(p) for p in attrs.padding]
-    tile = chosen_tile(layouts[0], height, width, padding)
-    _, _, tiles_h, tiles_w = output_tiles(height, width, padding, tile)
+    _, _, tiles_h, tiles_w = output_tiles(height, width, padding, 4)
     eligible = (
         (shape["H"], shape["W"]) == (KERNEL, KERNEL)
         and tiles_h * tiles_w >= MIN_TILES
@@ -235,7 +236,7 @@ def winograd_tile(call: Any) -> int | None:
         and int(attrs.groups) == 1
         and (attrs.out_dtype is None or str(attrs.out_dtype) in ("", "void", "float32"))
     )
-    return tile if eligible else None
+    return chosen_tile(layouts[0], height, width, padding) if eligible else None
 
 
 def conv2d_to_winograd() -> Any:
