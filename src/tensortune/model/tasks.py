@@ -44,7 +44,7 @@ class ModelTask:
         ``conv2d_winograd`` for a Winograd convolution's (`tensortune.model.winograd`): tasks
         of one kind are expected to reach alike FLOP/s (see `tensortune.model.scheduler`), and
         a Winograd task's FLOPs count its batched products alone, under half the direct
-        convolution's, so it reaches under half a direct one's FLOP/s at its best."""
+        convolution's, so it reaches about half a direct one's FLOP/s at its best."""
         head = self.name.removeprefix("fused_")
         if head.startswith("conv2d_winograd"):
             return "conv2d_winograd"
