@@ -78,11 +78,10 @@ def forced_tile(tile: int | None) -> Iterator[None]:
 
 
 def rewrites_the_layer(size: int) -> bool:
-    """Whether the Winograd rewrite takes a `size` x `size` layer: too few tiles of 4x4
-    (`tensortune.model.winograd.MIN_TILES`) leave it direct, so its Winograd arms would be
-    second direct ones."""
-    _, _, tiles_h, tiles_w = winograd_rewrite.output_tiles(size, size, [1, 1, 1, 1], 4)
-    return tiles_h * tiles_w >= winograd_rewrite.MIN_TILES
+    """Whether the Winograd rewrite takes a `size` x `size` layer: too few tiles
+    (`tensortune.model.winograd.has_enough_tiles`) leave it direct, so its Winograd arms
+    would be second direct ones."""
+    return winograd_rewrite.has_enough_tiles(size, size, [1, 1, 1, 1])
 
 
 def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:

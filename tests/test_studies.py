@@ -1518,30 +1518,22 @@ def test_winograd_layers_forces_each_nhwc_tile_and_restores_the_choice():
     """``winograd_layers.py --channels-last`` tunes F(4x4) and F(2x2) on every layer the
     rewrite takes (not 7x7: too few tiles): inside `forced_tile` the rewrite makes the forced
     tile's tasks, and after it the rewrite chooses again."""
-    torch = pytest.importorskip("torch")
-    from tensortune.model import from_torch
-    from tensortune.model.tasks import Rewrites, extract_tasks
-    from tensortune.target import make_target, target_spec
+    pytest.importorskip("torch")
+    from tests.test_winograd import winograd_weight_taps
 
     layers = studies_module("winograd_layers")
-    target = make_target(target_spec("llvm"))
-    nhwc_winograd = Rewrites(winograd=True, channels_last=True)
 
-    def weight_taps(size: int) -> list[str]:
-        net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
-        program = from_torch(net, (torch.randn(1, 8, size, size),), name="conv")
-        tasks = extract_tasks(program.mod, target, nhwc_winograd)
-        return [t.script.split("param_0: T.Buffer((T.int64(", 1)[1][0] for t in tasks
-                if "winograd" in t.name]  # fmt: skip
+    def weight_taps(size: int) -> list[int]:
+        return winograd_weight_taps(size, channels_last=True)
 
-    assert weight_taps(14) == ["4"]  # its own choice: F(2x2), a 4x4 transformed weight
+    assert weight_taps(14) == [16]  # its own choice: F(2x2), a 4x4 transformed weight
     with layers.forced_tile(4):
-        assert weight_taps(14) == ["6"]
+        assert weight_taps(14) == [36]
         assert weight_taps(7) == []  # 4 tiles of 4x4: direct whatever the tile
-    assert weight_taps(14) == ["4"]
+    assert weight_taps(14) == [16]
     with layers.forced_tile(2):
-        assert weight_taps(56) == ["4"]
-    assert weight_taps(56) == ["6"]
+        assert weight_taps(56) == [16]
+    assert weight_taps(56) == [36]
     assert not layers.rewrites_the_layer(7) and layers.rewrites_the_layer(14)
     choices = layers.tile_choices(["c56x64", "c14x256", "c7x512"])
     assert "c56x64 F(4x4)" in choices and "c14x256 F(2x2)" in choices

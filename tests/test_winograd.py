@@ -80,11 +80,20 @@ def test_a_convolution_of_few_output_tiles_stays_direct(channels_last):
         assert sum("winograd" in name for name in names) == expected, (size, names)
 
 
-def transformed_weight_taps(task) -> int:  # type: ignore[no-untyped-def]
-    """(m + 2)^2 of a Winograd task's F(m x m, 3x3): the leading dimensions of its weight."""
-    match = re.search(r"param_0: T\.Buffer\(\(T\.int64\((\d+)\), T\.int64\((\d+)\)", task.script)
-    assert match, task.script[:400]
-    return int(match[1]) * int(match[2])
+def winograd_weight_taps(size: int, channels_last: bool) -> list[int]:
+    """(m + 2)^2 of each Winograd task's F(m x m, 3x3), the leading dimensions of its weight, of
+    a model of one 3x3 convolution over a `size` x `size` input, its tasks made with Winograd."""
+    target = make_target(LLVM)
+    net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
+    program = from_torch(net, (torch.randn(1, 8, size, size),), name="conv")
+    tasks = extract_tasks(program.mod, target, Rewrites(False, True, channels_last))
+    taps = []
+    for task in (t for t in tasks if "winograd" in t.name):
+        pattern = r"param_0: T\.Buffer\(\(T\.int64\((\d+)\), T\.int64\((\d+)\)"
+        match = re.search(pattern, task.script)
+        assert match, task.script[:400]
+        taps.append(int(match[1]) * int(match[2]))
+    return taps
 
 
 @pytest.mark.parametrize(
@@ -94,13 +103,7 @@ def transformed_weight_taps(task) -> int:  # type: ignore[no-untyped-def]
     ids=["nhwc-21", "nhwc-20", "nhwc-14", "nchw-14"],
 )
 def test_the_tile_size_follows_how_many_tiles_each_weight_element_serves(channels_last, size, taps):
-    target = make_target(LLVM)
-    net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1)).eval()
-    program = from_torch(net, (torch.randn(1, 8, size, size),), name="conv")
-    tasks = extract_tasks(program.mod, target, Rewrites(False, True, channels_last))
-    winograd = [t for t in tasks if "winograd" in t.name]
-    assert len(winograd) == 1, [t.name for t in tasks]
-    assert transformed_weight_taps(winograd[0]) == taps
+    assert winograd_weight_taps(size, channels_last) == [taps]
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])

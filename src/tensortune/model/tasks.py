@@ -16,6 +16,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tensortune.errors import TensortuneError, last_line
+from tensortune.model.winograd import FUNCTION_NAME as WINOGRAD_FUNCTION
+from tensortune.model.winograd import conv2d_to_winograd
 from tensortune.workloads.script import register_script
 
 if TYPE_CHECKING:
@@ -46,8 +48,8 @@ class ModelTask:
         a Winograd task's FLOPs count its batched products alone, under half the direct
         convolution's, so it reaches about half a direct one's FLOP/s at its best."""
         head = self.name.removeprefix("fused_")
-        if head.startswith("conv2d_winograd"):
-            return "conv2d_winograd"
+        if head.startswith(WINOGRAD_FUNCTION):
+            return WINOGRAD_FUNCTION
         head = head.split("_", 1)[0]
         return re.sub(r"\d+$", "", head) or head
 
@@ -165,8 +167,6 @@ def task_passes(target: Any, rewrites: Rewrites = NO_REWRITES) -> list[Any]:
     `fusion_passes` (whose ``FoldConstant`` transposes the weights for channels-last and
     transforms them for Winograd), then the weights marked layout-free if chosen."""
     from tvm import relax
-
-    from tensortune.model.winograd import conv2d_to_winograd
 
     layout = []
     if rewrites.channels_last:

@@ -23,6 +23,7 @@ CPU schedule rules, so the task is tuned in MetaSchedule's design space like any
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 #: Output tile size m of F(m x m, 3 x 3) in NCHW: TVM's compute fixes it at 4.
@@ -46,6 +47,9 @@ KERNEL = 3
 #: 666 µs against 765 and 692 (two seeds, 100 trials, an Emerald Rapids guest), in 1.2-1.4x its
 #: tuning time.
 MIN_TILES = 16
+#: The name of a Winograd convolution's function, so the head of its task's name
+#: (``fused_conv2d_winograd2_add5_relu3``) and its task's kind (`tensortune.model.tasks`).
+FUNCTION_NAME = "conv2d_winograd"
 #: The (data, kernel, output) layouts the rewrite takes: PyTorch's, and channels-last's.
 LAYOUTS = (("NCHW", "OIHW", "NCHW"), ("NHWC", "HWIO", "NHWC"))
 #: TVM's operator pattern "output-elementwise fusable": later elementwise ops fuse into it.
@@ -89,6 +93,13 @@ def output_tiles(
     top, left, bottom, right = padding
     out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
     return out_h, out_w, -(-out_h // tile), -(-out_w // tile)
+
+
+def has_enough_tiles(height: int, width: int, padding: list[int]) -> bool:
+    """Whether the output of a 3x3 convolution of stride 1 over a `height` x `width` input with
+    `padding` has the `MIN_TILES` tiles of 4x4 the rewrite needs, whatever tile it then gets."""
+    _, _, tiles_h, tiles_w = output_tiles(height, width, padding, 4)
+    return tiles_h * tiles_w >= MIN_TILES
 
 
 def nhwc_tile(height: int, width: int, padding: list[int]) -> int:
@@ -226,10 +237,9 @@ def winograd_tile(call: Any) -> int | None:
     if not all(isinstance(data[d], tvm.tirx.IntImm) for d in "HW"):
         return None  # a size known only at run time
     height, width, padding = int(data["H"]), int(data["W"]), [int(p) for p in attrs.padding]
-    _, _, tiles_h, tiles_w = output_tiles(height, width, padding, 4)
     eligible = (
         (shape["H"], shape["W"]) == (KERNEL, KERNEL)
-        and tiles_h * tiles_w >= MIN_TILES
+        and has_enough_tiles(height, width, padding)
         and str(weight.value.dtype) == "float32"
         and [int(s) for s in attrs.strides] == [1, 1]
         and [int(d) for d in attrs.dilation] == [1, 1]
@@ -261,15 +271,18 @@ def conv2d_to_winograd() -> Any:
                 )
             )
             padding = [int(p) for p in call.attrs.padding]
-            compute = winograd_conv2d_nhwc if layout == "HWIO" else winograd_conv2d
-            tile_args = [tile] if layout == "HWIO" else []  # TVM's NCHW compute: `NCHW_TILE`
+            compute: Callable[..., Any]
+            if layout == "HWIO":
+                compute, tile_args = winograd_conv2d_nhwc, [tile]
+            else:  # TVM's compute, of `NCHW_TILE`
+                compute, tile_args = winograd_conv2d, []
             return self.builder_.call_te(
                 compute,
                 data,
                 transformed,
                 padding,
                 *tile_args,
-                primfunc_name_hint="conv2d_winograd",
+                primfunc_name_hint=FUNCTION_NAME,
                 primfunc_attrs={"op_pattern": _OUT_ELEMWISE_FUSABLE},
             )
 
