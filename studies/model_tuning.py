@@ -301,10 +301,14 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--no-plain) without the NCHW arm, for a run that asks about the other arms alone.
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     variants = {"tensortune": Arm(storage)} if args.plain else {}
-    # (--beside) other plain studies of this model, tuned by other code, say: timed beside.
+    # (--beside) other plain studies of this model, tuned by other code, say: timed beside;
+    # (--beside-winograd) studies of its Winograd arm instead.
     beside = dict(args.beside)
     for label, url in beside.items():
-        variants[f"tensortune-{label}"] = Arm(url)
+        winograd = Rewrites(args.prepack_weights, True, channels_last=args.channels_last)
+        variants[f"tensortune-{label}"] = (
+            Arm(url, rewrites=winograd) if args.beside_winograd else Arm(url)
+        )
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
         variants["tensortune-cold"] = Arm(cold, MeasureSettings(flush_cache=True))
@@ -371,7 +375,11 @@ def arm_labels() -> set[str]:
     names: set[str] = set()
     for values in itertools.product((False, True), repeat=len(ARM_FLAGS)):
         flags = argparse.Namespace(
-            work="", beside=[], plain=True, **dict(zip(ARM_FLAGS, values, strict=True))
+            work="",
+            beside=[],
+            beside_winograd=False,
+            plain=True,
+            **dict(zip(ARM_FLAGS, values, strict=True)),
         )
         names |= set(arms("model", flags))
     return {name.removeprefix("tensortune-") for name in names - {"tensortune"}}
@@ -693,6 +701,10 @@ def main() -> None:
                         help="also ours from the task studies in STORAGE (an Optuna URL; a "
                         "run of other code, say), resumed to each budget and timed as "
                         "tensortune-LABEL beside the rest (default none)")  # fmt: skip
+    parser.add_argument("--beside-winograd", action="store_true",
+                        help="the --beside studies are of the Winograd arm (NHWC with "
+                        "--channels-last, packed with --prepack-weights), not the plain "
+                        "one")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip

@@ -81,7 +81,34 @@ TIR_MATMUL_RELU = WorkloadDef(
     (("M", None), ("N", None), ("K", None)),
 )  # fmt: skip
 
+
+def tir_lanes_dot(M: int, B: int, K: int) -> tirx.PrimFunc:
+    """Per lane b, a matrix-vector product: b indexes every buffer, innermost in the output."""
+
+    @T.prim_func(s_tir=True)
+    def main(
+        A: T.Buffer((M, K, B), "float32"),
+        X: T.Buffer((K, B), "float32"),
+        C: T.Buffer((M, B), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True})
+        for i, b, k in T.grid(M, B, K):
+            with T.sblock("C"):
+                vi, vb, vk = T.axis.remap("SSR", [i, b, k])
+                with T.init():
+                    C[vi, vb] = T.float32(0)
+                C[vi, vb] = C[vi, vb] + A[vi, vk, vb] * X[vk, vb]
+
+    return main
+
+
+TIR_LANES_DOT = WorkloadDef(
+    "tir_lanes_dot", tir_lanes_dot, lambda a, x: np.einsum("mkb,kb->mb", a, x), None,
+    (("M", None), ("B", None), ("K", None)),
+)  # fmt: skip
+
 WORKLOADS = {
+    "batch_matmul": lambda: get_workload("batch_matmul", B=4, M=16, N=32, K=8),
     "dense_bias_relu": lambda: get_workload("dense_bias_relu", M=32, N=64, K=48),
     "conv2d": lambda: get_workload(
         "conv2d", N=1, C=8, H=10, W=10, OC=16, KH=3, KW=3, stride=1, pad=1
@@ -159,6 +186,43 @@ def test_a_value_outside_the_space_is_refused_before_any_schedule():
         template.apply({**config, tile: "5x5x5x5"})
     with pytest.raises(ValueError, match="has no value for knob"):
         template.apply({k: v for k, v in config.items() if k != tile})
+
+
+def _tile_knobs(template) -> dict[str, tuple]:
+    """The first sketch's tile knobs and their choices."""
+    tiles = {d.knob for d in template.decisions[0] if d.kind == ms_space.TILE}
+    return {k.name: k.choices for k in template.knobs if k.name in tiles}
+
+
+def test_a_batch_axis_is_split_outside_the_register_tile_only():
+    tiles = _tile_knobs(MetaScheduleTemplate(WORKLOADS["batch_matmul"](), LLVM))
+    batch = [name for name in tiles if name.endswith(ms_space.BATCH_SUFFIX)]
+    assert len(batch) == 1
+    # B=4 over four levels, the inner two (inside the reduction loops) left at 1.
+    assert sorted(tiles[batch[0]]) == ["1x4x1x1", "2x2x1x1", "4x1x1x1"]
+    # The rows and columns reuse an operand, and keep their register tiles.
+    others = [c for name, c in tiles.items() if name not in batch and len(c[0].split("x")) == 4]
+    assert len(others) == 2 and all(any(not v.endswith("x1x1") for v in c) for c in others)
+    # No axis of a matmul indexes both operands; a batch axis innermost in the output is the
+    # vector lanes.
+    for workload in (get_workload("matmul", M=16, N=32, K=8), TIR_LANES_DOT.bind(M=8, B=32, K=4)):
+        names = _tile_knobs(MetaScheduleTemplate(workload, LLVM))
+        assert names and not any(n.endswith(ms_space.BATCH_SUFFIX) for n in names)
+
+
+def test_a_batch_split_stored_under_the_loops_plain_name_still_applies():
+    workload = WORKLOADS["batch_matmul"]()
+    template = MetaScheduleTemplate(workload, LLVM)
+    config = {k.name: k.choices[0] for k in template.knobs}
+    batch = next(n for n in config if n.endswith(ms_space.BATCH_SUFFIX))
+    plain = batch.removesuffix(ms_space.BATCH_SUFFIX)
+    stored = {k: v for k, v in config.items() if k != batch} | {plain: "1x1x2x2"}
+    sch, executable, _ = compile_config(template, stored, LLVM)
+    assert [1, 1, 2, 2] in _tile_decisions(sch)
+    outputs, expected = _run(workload, executable)
+    np.testing.assert_allclose(outputs[0], expected[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=f"knob {plain}='1x1x2x3' is no split of its loop"):
+        template.check({**stored, plain: "1x1x2x3"})
 
 
 def test_the_template_travels_without_tvm_objects_and_rebuilds_its_spaces():

@@ -8,7 +8,9 @@ length (``SampleCategorical``) and where a producer is computed (``SampleCompute
 `MetaScheduleTemplate` makes one knob of each decision, named after the block and loop it acts
 on, plus a ``sketch`` knob where there are several design spaces; a config replays the chosen
 sketch's trace with its decisions and runs the target's postprocessors, as MetaSchedule does
-with its own candidates.
+with its own candidates. One decision is narrowed: a batch axis (the 36 products of a Winograd
+convolution, attention's heads) reuses no operand from one index to the next, so its splits
+leave the register tile to the other axes (a 6 has 4 such splits of its 16).
 
 The TVM objects (the design spaces and the postprocessors) are made once per process and
 workload, and never travel: the template itself holds plain Python values.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +39,14 @@ TILE, CATEGORICAL, COMPUTE_AT = "SamplePerfectTile", "SampleCategorical", "Sampl
 SKETCH = "sketch"
 #: Values of a compute-location knob before the loop positions: MetaSchedule's -2 and -1.
 INLINE, ROOT = "inline", "root"
+#: Appended to the name of a tile knob of a batch axis (`_is_batch_axis`), whose splits keep
+#: the axis out of the `INNER_LEVELS`. A knob of its own name: a study tuned before 2026-12-06
+#: holds every split under the loop's plain name, and Optuna refuses one name with two choice
+#: sets; such a study's configs still apply (`MetaScheduleTemplate.check`).
+BATCH_SUFFIX = ":batch"
+#: The innermost tile levels of MetaSchedule's multi-level tiling, those inside the reduction
+#: loops ("SSRSRS" on CPUs, "SSSRRSRS" on GPUs): the register tile.
+INNER_LEVELS = 2
 #: MetaSchedule's rule sets by target kind. The llvm set is named explicitly: on a CPU with VNNI
 #: ``from-target`` picks the int8 rules, which need the tensor intrinsics (15-19 s to import).
 RULE_SETS = {"llvm": "llvm", "cuda": "cuda"}
@@ -69,7 +80,8 @@ class MetaScheduleTemplate(KnobTemplate):
     """Knobs → schedule over MetaSchedule's design space of `workload` on `target`.
 
     Knobs: one per sampling decision of every sketch (tile splits as ``"8x4x2x16"``, outer to
-    inner, limited like the sampling instruction's own innermost factor; categoricals by their
+    inner, limited like the sampling instruction's own innermost factor, and for a batch axis
+    to splits outside the register tile, `BATCH_SUFFIX`; categoricals by their
     values, e.g. the unroll budget; compute locations as ``"inline"``, ``"root"`` or
     ``"loop<i>"``, the i-th loop of the consumer), plus ``sketch`` where there are several. A
     knob that acts on the same block and loop with the same choices in several sketches is one
@@ -108,6 +120,22 @@ class MetaScheduleTemplate(KnobTemplate):
         trace order."""
         return list(self._knobs)
 
+    def check(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The config restricted to the knobs (`KnobTemplate.check`). A batch axis's split
+        may also come under the loop's plain name, as stored before `BATCH_SUFFIX`: then any
+        split of the loop is taken, its inner levels too."""
+        config = dict(config)
+        stored = {}
+        for knob in self._knobs:
+            plain = knob.name.removesuffix(BATCH_SUFFIX)
+            if plain != knob.name and knob.name not in config and plain in config:
+                value = config.pop(plain)
+                if not _same_loop(value, knob.choices[0]):
+                    raise ValueError(f"knob {plain}={value!r} is no split of its loop")
+                stored[knob.name] = value
+                config[knob.name] = knob.choices[0]
+        return {**super().check(config), **stored}
+
     def apply(self, config: Mapping[str, Any]) -> Schedule:
         """Replay the config's sketch with its decisions and run the postprocessors; the
         schedule, or `InvalidConfig` with the reason TVM gave."""
@@ -140,6 +168,13 @@ class MetaScheduleTemplate(KnobTemplate):
             if not accepted:
                 raise InvalidConfig(f"{name} rejected the schedule")
         return sch
+
+
+def _same_loop(split: Any, other: Any) -> bool:
+    """Whether tile split `split` (``"8x4x2x16"``) has as many levels as `other`, over the
+    same extent."""
+    mine, theirs = ([int(f) for f in str(v).split("x")] for v in (split, other))
+    return len(mine) == len(theirs) and math.prod(mine) == math.prod(theirs)
 
 
 def _decision(decision: Decision, value: Any) -> Any:
@@ -253,8 +288,12 @@ def _walk(trace: Any, mod: Any) -> list[tuple[int, str, str, tuple[Any, ...], tu
             extent = int(loop.extent)
             limit = extent if innermost <= 0 else innermost
             splits = factorizations(extent, levels, limit)
+            name = f"{block}.{loop.loop_var.name}"
+            if levels > INNER_LEVELS and _is_batch_axis(loop):
+                splits = [s for s in splits if set(s[-INNER_LEVELS:]) == {1}]
+                name += BATCH_SUFFIX
             choices = tuple("x".join(map(str, s)) for s in splits)
-            found[index] = [f"{block}.{loop.loop_var.name}", kind, choices, ()]
+            found[index] = [name, kind, choices, ()]
         elif kind == CATEGORICAL:
             candidates = tuple(int(c) for c in attrs[0])
             found[index] = [f"categorical{index}", kind, candidates, candidates]
@@ -270,6 +309,43 @@ def _walk(trace: Any, mod: Any) -> list[tuple[int, str, str, tuple[Any, ...], tu
 
     trace.apply_to_schedule(replay, remove_postproc=True, decision_provider=provider)
     return [(i, *found[i]) for i in sorted(found)]
+
+
+def _is_batch_axis(loop: Any) -> bool:
+    """Whether `loop` (not yet split) runs a batch axis of the reduction block below it: one
+    that indexes every buffer the block reads and writes, and is not the innermost axis of
+    what it writes. Such an axis reuses no operand, so tiling it inside the reduction loops
+    adds accumulators without sharing a load (the 36 products of a Winograd convolution, the
+    heads of attention); where it is the innermost axis (a depthwise convolution's channels
+    in NHWC), it is the vector lanes."""
+    from tvm.s_tir.stmt import SBlockRealize
+    from tvm.tirx import For, IterVar
+    from tvm.tirx.analysis import undefined_vars
+
+    body = loop.body
+    while isinstance(body, For):
+        body = body.body
+    if not isinstance(body, SBlockRealize):
+        return False
+    block = body.block
+    if not any(iv.iter_type == IterVar.CommReduce for iv in block.iter_vars):
+        return False
+    bound = [
+        iv.var
+        for iv, value in zip(block.iter_vars, body.iter_values, strict=True)
+        if value.same_as(loop.loop_var)
+    ]
+    if len(bound) != 1:
+        return False
+    var = bound[0]
+
+    def uses(region: Any) -> list[bool]:
+        return [any(v.same_as(var) for v in undefined_vars(r.min)) for r in region.region]
+
+    regions = [*block.reads, *block.writes]
+    if not all(any(uses(r)) for r in regions):
+        return False
+    return not any(uses(w)[-1] for w in block.writes)
 
 
 def _name_categorical(
