@@ -13,6 +13,8 @@ eager and ONNX Runtime, in round-robin rounds (`model_timing.round_robin`).
     python studies/winograd_layers.py                     # 4 layers, seeds 0 1 2, 64 trials
     python studies/winograd_layers.py --layers c28x128 --seeds 0 --trials 32
     python studies/winograd_layers.py --channels-last --out studies/results/winograd-tiles
+    python studies/winograd_layers.py --channels-last --systems direct winograd-4x4 \
+        --beside old=studies/work/winograd-old   # beside studies another checkout tuned
 
 Writes under ``--out`` (default ``studies/results/winograd-layers/``): ``winograd_layers.csv``
 (per layer, system and seed: µs, GFLOP/s counted as the direct convolution's FLOPs, ÷ direct
@@ -98,26 +100,29 @@ def run_layer(layer: str, args: argparse.Namespace) -> list[dict]:
     calls = dict(model_timing.frameworks(net, example, folder))
     tuning_s: dict[str, float] = {}
     systems = ("direct", *TILE_SYSTEMS) if args.channels_last else SYSTEMS
+    systems = tuple(s for s in systems if s in args.systems) if args.systems else systems
     systems = systems if rewrites_the_layer(size) else ("direct",)
     layout = "-nhwc" if args.channels_last else ""
+    folders = [("", args.work), *((f"{label}-", work) for label, work in args.beside)]
     for seed in args.seeds:
         for system in systems:
-            key = f"{system}-s{seed}"
-            storage = f"sqlite:///{os.path.join(args.work, f'{layer}{layout}-{key}.db')}"
-            start = time.perf_counter()
-            with forced_tile(TILE_SYSTEMS.get(system)):
-                tuning = tune_model(
-                    program, args.trials, target, storage=storage, seed=seed,
-                    prepack_weights=not args.channels_last, winograd=system != "direct",
-                    channels_last=args.channels_last, progress=lambda line: None,
-                )  # fmt: skip
-                tuning_s[key] = time.perf_counter() - start  # a resumed run: only its rest
-                database = os.path.join(folder, f"db-{key}")
-                write_database(tuning.tasks, tuning.studies, tuning.target, database)
-                built = build(program, target, database, tuning.rewrites)
-            check_outputs(run(built, inputs), expected)
-            calls[key] = model_timing.vm_call(built, inputs)
-            print(f"{layer} {key}: tuned in {tuning_s[key]:.0f} s", flush=True)
+            for label, work in folders:
+                key = f"{label}{system}-s{seed}"
+                storage = f"sqlite:///{os.path.join(work, f'{layer}{layout}-{system}-s{seed}.db')}"
+                start = time.perf_counter()
+                with forced_tile(TILE_SYSTEMS.get(system)):
+                    tuning = tune_model(
+                        program, args.trials, target, storage=storage, seed=seed,
+                        prepack_weights=not args.channels_last, winograd=system != "direct",
+                        channels_last=args.channels_last, progress=lambda line: None,
+                    )  # fmt: skip
+                    tuning_s[key] = time.perf_counter() - start  # a resumed run: only its rest
+                    database = os.path.join(folder, f"db-{key}")
+                    write_database(tuning.tasks, tuning.studies, tuning.target, database)
+                    built = build(program, target, database, tuning.rewrites)
+                check_outputs(run(built, inputs), expected)
+                calls[key] = model_timing.vm_call(built, inputs)
+                print(f"{layer} {key}: tuned in {tuning_s[key]:.0f} s", flush=True)
     readers = {name: model_timing.timer(call) for name, call in calls.items()}
     seconds = model_timing.round_robin(readers, args.rounds)
     flops = direct_flops(channels, size)
@@ -175,11 +180,24 @@ def main() -> None:
         "--channels-last", action="store_true",
         help="channels-last builds, unpacked, Winograd F(4x4) and F(2x2) each forced (off)",
     )  # fmt: skip
+    parser.add_argument(
+        "--systems", nargs="+", default=None, choices=[*SYSTEMS, *TILE_SYSTEMS],
+        help="tune and time only these of ours (default: every one the layout has)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--beside", nargs="+", default=[], metavar="LABEL=WORK",
+        help="also build each system and seed from the studies in folder WORK (tuned by other "
+        "code, say; resumed to --trials) and time it as LABEL-system (default none)",
+    )  # fmt: skip
     parser.add_argument("--work", default=os.path.join(HERE, "work", "winograd"))
     parser.add_argument("--out", default=os.path.join(HERE, "results", "winograd-layers"))
     args = parser.parse_args()
     if args.trials < 1:
         parser.error("--trials must be at least 1")
+    pairs = [item.partition("=") for item in args.beside]
+    if any(not label or not sep or not work or "-s" in label for label, sep, work in pairs):
+        parser.error("--beside takes LABEL=WORK, the label without '-s', e.g. old=work/old")
+    args.beside = [(label, work) for label, _, work in pairs]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
