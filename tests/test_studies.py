@@ -1538,3 +1538,16 @@ def test_winograd_layers_forces_each_nhwc_tile_and_restores_the_choice():
     choices = layers.tile_choices(["c56x64", "c14x256", "c7x512"])
     assert "c56x64 F(4x4)" in choices and "c14x256 F(2x2)" in choices
     assert "c7x512 direct" in choices
+
+
+@pytest.mark.parametrize("beside", ["old-s1=work", "old", "=work"])
+def test_winograd_layers_refuses_a_beside_it_could_not_label(beside, monkeypatch, capsys):
+    """A ``--beside`` label holding ``-s`` would be read back as a seed; each bad one is one
+    line and exit 2, before anything is tuned."""
+    pytest.importorskip("torch")
+    layers = studies_module("winograd_layers")
+    monkeypatch.setattr(sys, "argv", ["winograd_layers.py", "--beside", beside])
+    with pytest.raises(SystemExit) as exited:
+        layers.main()
+    assert exited.value.code == 2
+    assert "--beside takes LABEL=WORK" in capsys.readouterr().err
