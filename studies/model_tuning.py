@@ -301,14 +301,13 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--no-plain) without the NCHW arm, for a run that asks about the other arms alone.
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     variants = {"tensortune": Arm(storage)} if args.plain else {}
+    # The Winograd arm's rewrites: NHWC with --channels-last, packed with --prepack-weights.
+    winograd = Rewrites(args.prepack_weights, True, channels_last=args.channels_last)
     # (--beside) other plain studies of this model, tuned by other code, say: timed beside;
     # (--beside-winograd) studies of its Winograd arm instead.
-    beside = dict(args.beside)
-    for label, url in beside.items():
-        winograd = Rewrites(args.prepack_weights, True, channels_last=args.channels_last)
-        variants[f"tensortune-{label}"] = (
-            Arm(url, rewrites=winograd) if args.beside_winograd else Arm(url)
-        )
+    for label, url in dict(args.beside).items():
+        rewrites = winograd if args.beside_winograd else NO_REWRITES
+        variants[f"tensortune-{label}"] = Arm(url, rewrites=rewrites)
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
         variants["tensortune-cold"] = Arm(cold, MeasureSettings(flush_cache=True))
@@ -318,7 +317,7 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--winograd with --channels-last) the Winograd arm is NHWC, beside the direct NHWC arm.
     chosen = []
     if args.winograd:
-        chosen.append(Rewrites(args.prepack_weights, True, channels_last=args.channels_last))
+        chosen.append(winograd)
     if args.channels_last:
         chosen.append(Rewrites(args.prepack_weights, channels_last=True))
     for rewrites in chosen:

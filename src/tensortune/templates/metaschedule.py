@@ -133,6 +133,7 @@ class MetaScheduleTemplate(KnobTemplate):
                 if not _same_loop(value, knob.choices[0]):
                     raise ValueError(f"knob {plain}={value!r} is no split of its loop")
                 stored[knob.name] = value
+                # Its inner levels may be other than 1: checked above, not among the choices.
                 config[knob.name] = knob.choices[0]
         return {**super().check(config), **stored}
 
