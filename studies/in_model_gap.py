@@ -73,8 +73,8 @@ def built_kernel(task: object, config: dict, target: dict, seed: int = 0) -> tup
 def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
     """Median seconds of one call of a `built_kernel`, repeated on warm data, or (`flushed`;
     default False) one call at a time with every argument but the first evicted from the
-    caches before it (TVM's ``cache_flush_cpu_non_first_arg``, as ``MeasureSettings.flush_cache``
-    times), as a kernel meets its weights in a model run."""
+    caches before it (TVM's ``cache_flush_cpu_non_first_arg``, as
+    ``MeasureSettings(cache="flushed")`` times), as a kernel meets its weights in a model run."""
     import tvm
 
     from tensortune.measure.worker_tasks import FLUSH_CACHE

@@ -54,6 +54,7 @@ from model_timing import ROUNDS, TIMINGS, medians, time_in_processes
 from results_io import write_csv
 
 from tensortune.measure import MeasureSettings
+from tensortune.measure.settings import CACHE_STATES, COLD_REPEAT
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
 from tensortune.model.finalists import pick_finalists
@@ -310,7 +311,7 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
         variants[f"tensortune-{label}"] = Arm(url, rewrites=rewrites)
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
-        variants["tensortune-cold"] = Arm(cold, MeasureSettings(flush_cache=True))
+        variants["tensortune-cold"] = Arm(cold, MeasureSettings(cache="flushed"))
     if args.prepack_weights:
         packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
         variants["tensortune-prepacked"] = Arm(packed, rewrites=Rewrites(prepack_weights=True))
@@ -351,9 +352,27 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(
-            url, MeasureSettings(flush_cache=True), warm_start=True
+            url, MeasureSettings(cache="flushed"), warm_start=True
         )
-    return variants
+    return with_cache(variants, getattr(args, "cache", CACHE_STATES[0]), dict(args.beside))
+
+
+def with_cache(variants: dict[str, Arm], cache: str, beside: dict[str, str]) -> dict[str, Arm]:
+    """`variants` with (``--cache`` other than warm) each arm tuned in this run and timed as
+    usual instead timed with the caches in state `cache`, `COLD_REPEAT` single runs a cost,
+    in studies of its own, its system name ending in ``-<cache>``; the `beside` arms (by
+    label) and those of other timings (``--cold-cache``) keep theirs."""
+    if cache == CACHE_STATES[0]:
+        return variants
+    settings = MeasureSettings(cache=cache, repeat=COLD_REPEAT)
+    out = {}
+    for system, arm in variants.items():
+        if arm.settings is not None or system.removeprefix("tensortune-") in beside:
+            out[system] = arm
+            continue
+        storage = arm.storage.removesuffix(".db") + f"-{cache}.db"
+        out[f"{system}-{cache}"] = arm._replace(storage=storage, settings=settings)
+    return out
 
 
 #: The flags that add arms of ours (`arms`).
@@ -381,6 +400,7 @@ def arm_labels() -> set[str]:
             **dict(zip(ARM_FLAGS, values, strict=True)),
         )
         names |= set(arms("model", flags))
+    names |= {f"{name}-{cache}" for name in names for cache in CACHE_STATES[1:]}  # --cache
     return {name.removeprefix("tensortune-") for name in names - {"tensortune"}}
 
 
@@ -646,6 +666,7 @@ def run_key(args: argparse.Namespace) -> str:
     key += "-shared" if args.share_bests else ""
     key += "-twins" if args.warm_start_twins else ""
     key += f"-finalists{args.finalists}" if args.finalists > 1 else ""
+    key += f"-cache-{args.cache}" if args.cache != CACHE_STATES[0] else ""
     key += "".join(f"-{label}" for label, _ in args.beside)
     key += "" if args.plain else "-no-plain"
     if not args.metaschedule:
@@ -670,7 +691,13 @@ def main() -> None:
                         "only (default: kept)")  # fmt: skip
     parser.add_argument("--cold-cache", action="store_true",
                         help="also ours tuned on timings with the weights flushed from the "
-                        "caches (MeasureSettings.flush_cache)")  # fmt: skip
+                        "caches (MeasureSettings.cache=\"flushed\")")  # fmt: skip
+    parser.add_argument("--cache", default=CACHE_STATES[0], choices=CACHE_STATES,
+                        help="how the CPU caches stand in the timings of our arms tuned in "
+                        "this run (MeasureSettings.cache, with "
+                        f"{COLD_REPEAT} single runs a cost where cold; each such arm's system "
+                        "name and studies end in -STATE; default warm; --beside and "
+                        "--cold-cache arms keep theirs)")  # fmt: skip
     parser.add_argument("--prepack-weights", action="store_true",
                         help="also ours and MetaSchedule tuned with each weight packed once "
                         "at build time (tune_model's prepack_weights, MetaSchedule's "

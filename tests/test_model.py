@@ -430,19 +430,19 @@ def test_a_killed_model_run_resumes_its_budget_and_measures_nothing_twice(onnx_f
 def test_a_model_run_resumes_only_with_the_cache_timing_it_began_with(onnx_file, tmp_path):
     program = load_onnx(onnx_file, [parse_input("x:1x3x8x8")])
     storage = f"sqlite:///{tmp_path / 'model.db'}"
-    cold = MeasureSettings(repeat=2, flush_cache=True)
+    cold = MeasureSettings(repeat=2, cache="dirty")
 
     def finished(tuning) -> list[int]:  # type: ignore[no-untyped-def]
         return [len(s.get_trials(deepcopy=False)) for s in tuning.studies if s is not None]
 
     first = tune_model(program, 8, storage=storage, batch_size=4, settings=cold, progress=print)
     assert sum(finished(first)) == 8
-    flags = {t.user_attrs.get("cache_flushed") for s in first.studies if s for t in s.trials}
-    assert flags == {True}
+    flags = {t.user_attrs.get("cache") for s in first.studies if s for t in s.trials}
+    assert flags == {"dirty"}
     # With the flag again it goes on (the task studies are timed by the model's measurer).
     more = tune_model(program, 12, storage=storage, batch_size=4, settings=cold, progress=print)
     assert sum(finished(more)) == 12
     # Without it, every task is checked before any is measured: refused, nothing added.
-    with pytest.raises(TensortuneError, match="timed with flushed caches"):
+    with pytest.raises(TensortuneError, match="timed with dirty caches"):
         tune_model(program, 16, storage=storage, batch_size=4, progress=print)
     assert sum(finished(tune_model(program, 12, storage=storage, settings=cold))) == 12

@@ -617,6 +617,32 @@ def test_model_tuning_refuses_a_beside_label_that_an_arm_of_ours_takes(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_model_tuning_times_the_arms_it_tunes_with_the_cache_state_asked():
+    """--cache dirty: the arms tuned in the run are timed dirty, in studies and under system
+    names of their own; the --beside and --cold-cache arms keep their timings."""
+    import argparse
+
+    model_tuning = studies_module("model_tuning")
+    flags = dict(work="w", beside=[("old", "sqlite:///old.db")], beside_winograd=True,
+                 plain=False, cold_cache=True, prepack_weights=False, winograd=True,
+                 channels_last=True, warm_start_tasks=False, share_bests=False,
+                 warm_start_twins=False, cache="dirty")  # fmt: skip
+    dirty = model_tuning.arms("m", argparse.Namespace(**flags))
+    assert set(dirty) == {
+        "tensortune-old", "tensortune-cold", "tensortune-winograd-channels-last-dirty",
+        "tensortune-channels-last-dirty",
+    }  # fmt: skip
+    winograd = dirty["tensortune-winograd-channels-last-dirty"]
+    assert winograd.rewrites.winograd and winograd.settings.cache == "dirty"
+    assert winograd.settings.repeat == model_tuning.COLD_REPEAT
+    assert winograd.storage.endswith("m-tensortune-winograd-channels-last-dirty.db")
+    assert dirty["tensortune-old"].settings is None
+    assert dirty["tensortune-cold"].settings.cache == "flushed"
+    warm = model_tuning.arms("m", argparse.Namespace(**dict(flags, cache="warm")))
+    assert warm["tensortune-winograd-channels-last"].settings is None
+    assert "winograd-channels-last-dirty" in model_tuning.arm_labels()
+
+
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     """The per-task rows and the profile follow tune-model's default layout: the channels-last
     arm where the run tunes one, else the packed arm where it tunes one, the plain arm
@@ -683,7 +709,8 @@ def test_model_tuning_reads_back_only_a_run_of_the_same_systems():
     model_tuning = studies_module("model_tuning")
     flags = dict(budgets=[500, 1000], cold_cache=False, prepack_weights=True, winograd=False,
                  channels_last=False, warm_start_tasks=False, share_bests=False,
-                 warm_start_twins=False, finalists=1, beside=[], plain=True)  # fmt: skip
+                 warm_start_twins=False, finalists=1, beside=[], plain=True,
+                 cache="warm")  # fmt: skip
     rounds = model_tuning.ROUNDS
     # (MetaSchedule on, its arms, rounds, fresh processes timing)
     runs = [(True, None, rounds, 1), (False, None, rounds, 1),
@@ -700,6 +727,9 @@ def test_model_tuning_reads_back_only_a_run_of_the_same_systems():
     assert keys[0] == "500-1000-prepacked"  # one process's timing: the name, as before
     assert keys[4] == "500-1000-timings3-prepacked"  # never read back as one process's
     assert len(set(keys)) == len(runs)
+    dirty = argparse.Namespace(metaschedule=True, metaschedule_arms=None, rounds=rounds,
+                               timings=1, **dict(flags, cache="dirty"))  # fmt: skip
+    assert model_tuning.run_key(dirty) == "500-1000-prepacked-cache-dirty"
 
 
 @pytest.mark.slow

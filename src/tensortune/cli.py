@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tensortune.cli_model import (
-    FLUSH_HELP,
+    add_cache_arguments,
     add_model_commands,
     best_model_command,
     export_model_command,
@@ -142,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("--build-timeout", type=float, default=15.0, help="seconds (default 15)")
     tune.add_argument("--run-timeout", type=float, default=20.0, help="seconds (default 20)")
-    tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
+    add_cache_arguments(tune)
     tune.add_argument(
         "--rpc-tracker",
         default=None,
@@ -258,7 +258,7 @@ def _tune(args: argparse.Namespace) -> None:
         min_repeat_ms=args.min_repeat_ms,
         build_timeout=args.build_timeout,
         run_timeout=args.run_timeout,
-        flush_cache=args.flush_cache,
+        cache=args.cache,
     )
     study = tune(
         workload,

@@ -5,21 +5,33 @@ tasks under one budget, then export it), ``best-model`` (where its tasks stand) 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from typing import Any
 
 from tensortune.errors import TensortuneError
+from tensortune.measure.settings import CACHE_STATES, COLD_REPEAT, cache_state_choices
 from tensortune.model.tuning import WARM_SOURCES, warm_starts
 from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS, weighting_choices
 from tensortune.scratch import check_new_folder
 from tensortune.storage import DEFAULT_STORAGE
 from tensortune.tuning import SAMPLERS
 
-#: Help of ``--flush-cache``, for ``tune`` and ``tune-model`` alike.
-FLUSH_HELP = (
-    "time each run with its arguments but the first evicted from the CPU caches, as a kernel "
-    "finds its weights in a whole model (default: warm repeated runs)"
-)
+
+def add_cache_arguments(parser: Any) -> None:
+    """``--cache`` (`tensortune.measure.settings.CACHE_STATES`) and its older shorthand
+    ``--flush-cache``, for ``tune`` and ``tune-model`` alike; both set ``args.cache``."""
+    parser.add_argument(
+        "--cache",
+        default=CACHE_STATES[0],
+        choices=CACHE_STATES,
+        help=f"how the CPU caches stand before each timed run: {cache_state_choices()} "
+        f"(default {CACHE_STATES[0]})",
+    )
+    parser.add_argument(
+        "--flush-cache", dest="cache", action="store_const", const="flushed",
+        help="the same as --cache flushed",
+    )  # fmt: skip
 
 
 def add_model_commands(sub: Any) -> None:
@@ -33,7 +45,7 @@ def add_model_commands(sub: Any) -> None:
         "--sampler", default=SAMPLERS[0], choices=SAMPLERS, help=f"default {SAMPLERS[0]}"
     )
     tune.add_argument("--seed", type=int, default=0, help="each task sampler's seed (default 0)")
-    tune.add_argument("--flush-cache", action="store_true", help=FLUSH_HELP)
+    add_cache_arguments(tune)
     tune.add_argument(
         "--warm-start-tasks",
         action=argparse.BooleanOptionalAction,
@@ -157,7 +169,9 @@ def tune_model_command(args: argparse.Namespace) -> None:
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
     program = _program(args)
-    settings = MeasureSettings(flush_cache=True) if args.flush_cache else None
+    settings = MeasureSettings(cache=args.cache)
+    if settings.cache != CACHE_STATES[0]:  # one run a cost: more of them for a steady median
+        settings = dataclasses.replace(settings, repeat=COLD_REPEAT)
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,

@@ -18,7 +18,8 @@ from typing import Any
 import optuna
 
 from tensortune.measure import Measurer, MeasureSettings
-from tensortune.trial_records import CACHE_FLUSHED_ATTR
+from tensortune.measure.settings import CACHE_STATES
+from tensortune.trial_records import trial_cache
 
 #: Configs of a study timed again when finalists are asked for (its best few). The model
 #: export's default is 1, none: on ResNet-18 (two seeds, 2026-11-29, ``studies/README.md``)
@@ -95,10 +96,11 @@ def fastest(costs: Sequence[Sequence[float]]) -> int | None:
 
 
 def retiming_settings(trials: Iterable[optuna.trial.FrozenTrial]) -> MeasureSettings:
-    """How finalists are timed again: `MeasureSettings`' defaults, with the caches flushed
-    before each run where any of their `trials` were timed so (such costs do not compare with
-    warm ones)."""
-    return MeasureSettings(flush_cache=any(t.user_attrs.get(CACHE_FLUSHED_ATTR) for t in trials))
+    """How finalists are timed again: `MeasureSettings`' defaults, with the caches as the
+    first of `trials` found them before each run (`trial_cache`; a study's trials share
+    one state: `tensortune.trial_records.check_same_timing`), since costs of one state do
+    not compare with another's."""
+    return MeasureSettings(cache=next((trial_cache(t) for t in trials), CACHE_STATES[0]))
 
 
 def time_finalists(

@@ -28,8 +28,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tensortune.errors import TensortuneError
 
-#: Trial user attr set on a trial whose costs were timed with flushed caches
-#: (`tensortune.measure.MeasureSettings.flush_cache`): they do not compare with warm ones.
+#: Trial user attr naming how the caches stood before its timed runs where they were not warm
+#: (`tensortune.measure.MeasureSettings.cache`): its costs do not compare with others.
+CACHE_ATTR = "cache"
+#: The same for a trial timed with flushed caches before there were other cold states
+#: (True), still read.
 CACHE_FLUSHED_ATTR = "cache_flushed"
 #: Trial system attr holding the config a sampler handed to a trial before its params exist,
 #: so that other workers see it as taken.
@@ -165,27 +168,34 @@ def claimed_by_another(study: optuna.Study, trial: FrozenTrial, config: Mapping[
     return any(not is_abandoned(t, stale) for t in others)
 
 
-def timed_cold(study: optuna.Study) -> bool | None:
-    """Whether the study's completed trials were timed with flushed caches (their
-    `CACHE_FLUSHED_ATTR`); None before any completed; the first completed trial decides."""
+def trial_cache(trial: FrozenTrial) -> str:
+    """How the caches stood before `trial`'s timed runs (`CACHE_ATTR`; a trial of an older
+    study flagged `CACHE_FLUSHED_ATTR` was flushed; any other, warm)."""
+    if CACHE_ATTR in trial.user_attrs:
+        return str(trial.user_attrs[CACHE_ATTR])
+    return "flushed" if trial.user_attrs.get(CACHE_FLUSHED_ATTR) else "warm"
+
+
+def timed_cache(study: optuna.Study) -> str | None:
+    """How the caches stood when the study's completed trials were timed (`trial_cache`);
+    None before any completed; the first completed trial decides."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        return bool(trial.user_attrs.get(CACHE_FLUSHED_ATTR, False))
+        return trial_cache(trial)
     return None
 
 
-def check_same_timing(study: optuna.Study, cold: bool) -> None:
-    """Refuse to resume a study timed warm with cold-cache timings (`cold`), or the other way
-    round: the two read 3-30 % apart on the same kernel, and the study's best would then mix
-    both.
+def check_same_timing(study: optuna.Study, cache: str) -> None:
+    """Refuse to resume a study whose trials were timed with the caches in another state than
+    `cache` (one of `tensortune.measure.settings.CACHE_STATES`): warm, flushed and dirty
+    timings of one kernel read 3-60 % apart, and the study's best would then mix them.
 
     Raises:
-        TensortuneError: Where the study's completed trials were timed the other way.
+        TensortuneError: Where the study's completed trials were timed another way.
     """
-    before = timed_cold(study)
-    if before is None or before == cold:
+    before = timed_cache(study)
+    if before is None or before == cache:
         return
-    was, now = ("with", "without") if before else ("without", "with")
     raise TensortuneError(
-        f"study {study.study_name!r} was timed {was} flushed caches and this run would time "
-        f"{now}: resume it {was} --flush-cache, or choose another study name"
+        f"study {study.study_name!r} was timed with {before} caches and this run would time "
+        f"with {cache} ones: resume it with --cache {before}, or choose another study name"
     )

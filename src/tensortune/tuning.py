@@ -21,14 +21,15 @@ from tensortune.dashboard import (
 from tensortune.errors import TensortuneError
 from tensortune.heartbeats import fail_stale_trials
 from tensortune.measure import Measurer, MeasureResult, MeasurerLike, MeasureSettings, RpcDevice
-from tensortune.measure.worker_tasks import flushes_caches
+from tensortune.measure.settings import CACHE_STATES
+from tensortune.measure.worker_tasks import cache_state
 from tensortune.sampler.nearest_studies import AUTO, find_sources
 from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS
 from tensortune.sampler.transfer import check_sources
 from tensortune.storage import create_study, find_study, open_storage, target_key
 from tensortune.target import describe, gpu_present, target_spec
 from tensortune.templates import SPACES, InvalidConfig, Template, template_for
-from tensortune.trial_records import CACHE_FLUSHED_ATTR, check_same_timing, count_finished
+from tensortune.trial_records import CACHE_ATTR, check_same_timing, count_finished
 from tensortune.workloads import Workload, get_workload
 
 #: Samplers by name; the first is the default.
@@ -143,8 +144,8 @@ class Objective:
         trial.set_user_attr("gflops", gflops)
         trial.set_user_attr("cost_s", result.cost)
         trial.set_user_attr("costs_s", result.costs)
-        if result.cache_flushed:  # a cold-cache cost: not comparable with warm ones
-            trial.set_user_attr(CACHE_FLUSHED_ATTR, True)
+        if result.cache != CACHE_STATES[0]:  # a cold-cache cost: not comparable with warm ones
+            trial.set_user_attr(CACHE_ATTR, result.cache)
         if self.vendor_gflops:
             trial.set_user_attr("vendor_ratio", gflops / self.vendor_gflops)
         return gflops
@@ -374,7 +375,7 @@ def tune(
         sampler.source_studies = sources  # type: ignore[attr-defined]
     study = find_study(db, name, workload, spec, space=space)
     if study is not None and measurer is None:  # a measurer given times as it was set up
-        check_same_timing(study, flushes_caches(settings or MeasureSettings(), spec["kind"]))
+        check_same_timing(study, cache_state(settings or MeasureSettings(), spec["kind"]))
     if template is None and space != SPACES[0]:
         template_used: Template | None = template_for(workload, spec, space)
     else:

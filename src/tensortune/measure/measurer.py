@@ -23,9 +23,10 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tensortune import scratch
+from tensortune.errors import TensortuneError
 from tensortune.measure import baseline, remote, worker_tasks
 from tensortune.measure.remote import RpcDevice
-from tensortune.measure.settings import MeasureSettings
+from tensortune.measure.settings import CACHE_STATES, MeasureSettings
 from tensortune.target import host_cores
 from tensortune.templates.weight_packing import PackedWeight
 from tensortune.worker_pool import Worker, WorkerPool, kill_processes
@@ -57,8 +58,8 @@ class MeasureResult:
             ``"invalid"`` when `tensortune.Objective` refuses the config before any build.
         compile_seconds: Time spent scheduling and compiling it (``nan`` if unknown).
         library: Path of the compiled kernel, while the measurer is open.
-        cache_flushed: Whether its costs were timed with the arguments but the first evicted
-            from the caches (`MeasureSettings.flush_cache`, on a CPU).
+        cache: How the caches stood before each of its timed runs (`MeasureSettings.cache`
+            on a CPU, ``"warm"`` elsewhere).
         packed: The arguments its kernel takes packed, packed once before the check and the
             timing (see `tensortune.templates.compile.compile_config`); mostly none.
     """
@@ -68,7 +69,7 @@ class MeasureResult:
     stage: str | None = None
     compile_seconds: float = float("nan")
     library: str | None = None
-    cache_flushed: bool = False
+    cache: str = CACHE_STATES[0]
     packed: tuple[PackedWeight, ...] = ()
 
     @property
@@ -115,7 +116,8 @@ class Measurer:
         target: Target dict, as returned by `tensortune.target.target_spec`.
         settings: Build and timing settings. Default `MeasureSettings()`.
         device: Time on this device of an RPC tracker instead of the host; `target` must
-            then describe that device. Default None: the host.
+            then describe that device. Default None: the host. Not with a ``"dirty"``
+            `MeasureSettings.cache` (`TensortuneError`).
     """
 
     def __init__(
@@ -129,6 +131,12 @@ class Measurer:
         self.workload = template.workload
         self.target = target
         self.settings = settings or MeasureSettings()
+        if device is not None and self.settings.cache == "dirty":
+            # Its sweep is a function of this process's TVM, which a remote runtime lacks.
+            raise TensortuneError(
+                "cache state 'dirty' times on this host only; on an RPC device choose "
+                "'warm' or 'flushed'"
+            )
         self.device = device
         # Why no device could be had in this batch; the rest of the batch fails without waiting.
         self._device_error: str | None = None
@@ -269,7 +277,7 @@ class Measurer:
             result.error, result.stage = outcome, "check"
         else:
             result.costs = outcome
-            result.cache_flushed = worker_tasks.flushes_caches(self.settings, self.target["kind"])
+            result.cache = worker_tasks.cache_state(self.settings, self.target["kind"])
 
     def _time_remote(self, result: MeasureResult) -> None:
         # The RPC calls run in the run worker too (see tensortune.measure.remote for why).

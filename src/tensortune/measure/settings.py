@@ -6,6 +6,32 @@ import dataclasses
 
 from tensortune.target import host_cores
 
+#: How the CPU caches stand before each timed run, each with the one line the CLIs show; the
+#: first is the default. ``"warm"``: repeated runs on the same data, as tuners and benchmarks
+#: usually time. ``"flushed"``: every argument but the first evicted first (TVM's
+#: ``cache_flush_cpu_non_first_arg``), the weights' state in a model, in clean caches.
+#: ``"dirty"``: every core's caches filled with written data first
+#: (`tensortune.measure.cache_sweep`), as a kernel of a whole model finds them after the other
+#: kernels ran; on a 2-vCPU Intel guest that read ResNet-18's kernels at 1.22x their warm time,
+#: where flushing read 1.07x and the model 1.28x. Both cold states time one run per cost, and
+#: apply on a CPU only: a GPU's timings ignore them.
+CACHE_STATES_SUMMARIES = {
+    "warm": "repeated runs on the same data",
+    "flushed": "each run after the arguments but the first are evicted from the CPU caches, "
+    "as a kernel finds its weights in a whole model",
+    "dirty": "each run after every core's caches are filled with written data, as a kernel "
+    "finds them in a whole model after the other kernels ran",
+}
+CACHE_STATES = tuple(CACHE_STATES_SUMMARIES)
+#: Costs a candidate records where `tune-model` times with cold caches: each cost is then one
+#: run, and single runs vary more than `MeasureSettings`' 50 ms spans of warm ones.
+COLD_REPEAT = 10
+
+
+def cache_state_choices() -> str:
+    """Every cache state with its line (`CACHE_STATES_SUMMARIES`), for a CLI's help."""
+    return "; ".join(f"{name}: {line}" for name, line in CACHE_STATES_SUMMARIES.items())
+
 
 @dataclasses.dataclass(frozen=True)
 class MeasureSettings:
@@ -30,10 +56,9 @@ class MeasureSettings:
             Default True.
         rtol: Relative tolerance of that check, scaled by the largest reference value.
             Default 1e-3 (float32 sums in any order stay far inside it).
-        flush_cache: On a CPU, before each timed run, evict every argument but the first
-            from the caches (TVM's ``cache_flush_cpu_non_first_arg``), as a kernel in a whole
-            model finds its weights after the other kernels ran; each cost is then one run
-            (`number` and `min_repeat_ms` do not apply). Default False: warm repeated runs.
+        cache: How the CPU caches stand before each timed run, one of `CACHE_STATES`.
+            Default ``"warm"``: repeated runs. ``"flushed"`` and ``"dirty"`` time each cost as
+            one run (`number` and `min_repeat_ms` do not apply).
     """
 
     number: int = 1
@@ -44,7 +69,7 @@ class MeasureSettings:
     run_timeout: float = 20.0
     check_results: bool = True
     rtol: float = 1e-3
-    flush_cache: bool = False
+    cache: str = CACHE_STATES[0]
 
     def __post_init__(self) -> None:
         from tensortune.errors import TensortuneError
@@ -55,6 +80,10 @@ class MeasureSettings:
         for name in ("min_repeat_ms",):
             if getattr(self, name) < 0:
                 raise TensortuneError(f"{name} must not be negative")
+        if self.cache not in CACHE_STATES:
+            raise TensortuneError(
+                f"unknown cache state {self.cache!r}; choose one of {', '.join(CACHE_STATES)}"
+            )
         for name in ("build_timeout", "run_timeout", "rtol"):
             if not getattr(self, name) > 0:
                 raise TensortuneError(f"{name} must be positive, got {getattr(self, name)}")

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensortune.measure.settings import MeasureSettings
+from tensortune.measure.cache_sweep import dirty_caches
+from tensortune.measure.settings import CACHE_STATES, MeasureSettings
 from tensortune.templates.weight_packing import pack_arguments
 from tensortune.workloads import Workload
 
@@ -26,10 +27,10 @@ if TYPE_CHECKING:
 DEVICE_OF_KIND = {"llvm": "cpu", "c": "cpu", "cuda": "cuda"}
 
 
-def flushes_caches(settings: MeasureSettings, kind: str) -> bool:
-    """Whether `settings` time a target of `kind` with the arguments but the first evicted from
-    the caches (`MeasureSettings.flush_cache`): only on a CPU; a GPU's timings ignore it."""
-    return settings.flush_cache and DEVICE_OF_KIND.get(kind) == "cpu"
+def cache_state(settings: MeasureSettings, kind: str) -> str:
+    """How `settings` leave the caches before each timed run on a target of `kind`
+    (`MeasureSettings.cache`): warm on anything but a CPU, whose timings ignore it."""
+    return settings.cache if DEVICE_OF_KIND.get(kind) == "cpu" else CACHE_STATES[0]
 
 
 #: TVM's runtime function that evicts a call's arguments but the first from the CPU caches.
@@ -127,9 +128,13 @@ def check_and_time(
             if error:
                 return f"wrong result in output {index}: {error}"
     preprocess = ""
-    if settings.flush_cache and dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type():
+    if (
+        settings.cache != CACHE_STATES[0]
+        and dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type()
+    ):
         # One run per cost: runs after the first in a cost would find the arguments cached.
-        number, min_repeat_ms, preprocess = 1, 0, FLUSH_CACHE
+        number, min_repeat_ms = 1, 0
+        preprocess = FLUSH_CACHE if settings.cache == "flushed" else dirty_caches()
     timer = module.time_evaluator(
         "main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, f_preproc=preprocess
     )

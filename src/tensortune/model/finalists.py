@@ -44,7 +44,8 @@ def pick_finalists(
         count: Finalists per task. Default `FINALISTS`.
         rounds: Timings of each finalist. Default `ROUNDS`.
         settings: How they are built and timed. Default None: `MeasureSettings()`, with the
-            caches flushed before each run where the studies' trials were timed so.
+            caches as the studies' trials found them before each run
+            (`tensortune.finalists.retiming_settings`).
         progress: Called with a line per task. Default None: printed to stderr.
 
     Returns:

@@ -21,7 +21,7 @@ import optuna
 
 from tensortune.errors import TensortuneError
 from tensortune.measure import Measurer, MeasureSettings
-from tensortune.measure.worker_tasks import flushes_caches
+from tensortune.measure.worker_tasks import cache_state
 from tensortune.model.frontend import ModelProgram
 from tensortune.model.scheduler import TaskState, model_seconds, next_task
 from tensortune.model.sharing import same_space_twins, untried_bests
@@ -218,10 +218,10 @@ def tune_model(
         program, target, storage, create=True, prepack_weights=prepack_weights,
         winograd=winograd, channels_last=channels_last,
     )  # fmt: skip
-    cold = flushes_caches(settings or MeasureSettings(), tuning.target["kind"])
+    cache = cache_state(settings or MeasureSettings(), tuning.target["kind"])
     for study in tuning.studies:  # every task before any is measured: nothing half-done
         if study is not None:
-            check_same_timing(study, cold)
+            check_same_timing(study, cache)
     say(
         f"{program.name}: {len(tuning.tasks)} tasks, {sum(tuning.tunable)} with a design space "
         f"to search; {total_trials} trials in all"
