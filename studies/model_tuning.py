@@ -408,13 +408,18 @@ def profiled_arm(variants: dict[str, Arm]) -> str:
     """The arm of ours whose tasks and run `task_rows` and `profile_models` take apart: the
     direct channels-last one where the run has it (tune-model's default layout; packed with
     ``--prepack-weights``), else the packed one where the run has it (the BERT layer's
-    fastest), else the plain one."""
+    fastest), else the plain one; each timed with ``--cache``'s state where the run asks."""
     nhwc = [
         s for s, arm in variants.items() if arm.rewrites.channels_last and not arm.rewrites.winograd
     ]
     if nhwc:
         return nhwc[0]
-    return "tensortune-prepacked" if "tensortune-prepacked" in variants else "tensortune"
+    for wanted in ("tensortune-prepacked", "tensortune"):
+        for cache in CACHE_STATES:  # (--cache) its name ends in the state where not warm
+            system = wanted if cache == CACHE_STATES[0] else f"{wanted}-{cache}"
+            if system in variants:
+                return system
+    return "tensortune"
 
 
 def metaschedule_dir(work: str, name: str, system: str) -> str:

@@ -641,6 +641,11 @@ def test_model_tuning_times_the_arms_it_tunes_with_the_cache_state_asked():
     warm = model_tuning.arms("m", argparse.Namespace(**dict(flags, cache="warm")))
     assert warm["tensortune-winograd-channels-last"].settings is None
     assert "winograd-channels-last-dirty" in model_tuning.arm_labels()
+    assert model_tuning.profiled_arm(dirty) == "tensortune-channels-last-dirty"
+    bert = dict(flags, winograd=False, channels_last=False, cold_cache=False, plain=True)
+    assert model_tuning.profiled_arm(
+        model_tuning.arms("m", argparse.Namespace(**bert))
+    ) == "tensortune-dirty"  # fmt: skip
 
 
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():

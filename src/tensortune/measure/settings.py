@@ -13,8 +13,9 @@ from tensortune.target import host_cores
 #: ``"dirty"``: every core's caches filled with written data first
 #: (`tensortune.measure.cache_sweep`), as a kernel of a whole model finds them after the other
 #: kernels ran; on a 2-vCPU Intel guest that read ResNet-18's kernels at 1.22x their warm time,
-#: where flushing read 1.07x and the model 1.28x. Both cold states time one run per cost, and
-#: apply on a CPU only: a GPU's timings ignore them.
+#: where flushing read 1.07x and the model 1.28x, and tuning on it made ResNet-18 1.05x faster
+#: (two seeds) but a BERT layer 0.91x (one seed), so neither cold state is the default. Both
+#: time one run per cost, and apply on a CPU only: a GPU's timings ignore them.
 CACHE_STATES_SUMMARIES = {
     "warm": "repeated runs on the same data",
     "flushed": "each run after the arguments but the first are evicted from the CPU caches, "
