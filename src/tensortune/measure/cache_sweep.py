@@ -5,7 +5,7 @@ wrote their outputs: its data is out of the cores' caches, and the lines there a
 must be written back before its own can come in. Timed alone, on repeated runs, it finds its
 data cached; timed after TVM's ``cache_flush_cpu_non_first_arg``, it finds the caches clean. On
 a 2-vCPU Intel guest ResNet-18's tuned kernels took 9.0 ms a run alone, 9.6 ms after a flush
-and 11.5 ms in the model; after a write of 64 MiB on both cores, 11.1 ms
+and 11.5 ms in the model; after one thread wrote 64 MiB, 11.1 ms
 (``studies/README.md``). `dirty_caches` registers the function TVM's timer runs before each
 timed run for `tensortune.measure.settings.MeasureSettings`' ``cache="dirty"``.
 """

@@ -12,10 +12,10 @@ from tensortune.target import host_cores
 #: ``cache_flush_cpu_non_first_arg``), the weights' state in a model, in clean caches.
 #: ``"dirty"``: every core's caches filled with written data first
 #: (`tensortune.measure.cache_sweep`), as a kernel of a whole model finds them after the other
-#: kernels ran; on a 2-vCPU Intel guest that read ResNet-18's kernels at 1.22x their warm time,
-#: where flushing read 1.07x and the model 1.28x, and tuning on it made ResNet-18 1.05x faster
-#: (two seeds) but a BERT layer 0.91x (one seed), so neither cold state is the default. Both
-#: time one run per cost, and apply on a CPU only: a GPU's timings ignore them.
+#: kernels ran. On a 2-vCPU Intel guest ResNet-18's kernels took 1.22x their warm time after a
+#: write of 64 MiB, 1.07x after a flush and 1.28x in the model; tuned dirty, ResNet-18 ran 1.05x
+#: faster (two seeds) but a BERT layer 0.91x (one seed), so neither cold state is the default.
+#: Both time one run per cost, and apply on a CPU only: a GPU's timings ignore them.
 CACHE_STATES_SUMMARIES = {
     "warm": "repeated runs on the same data",
     "flushed": "each run after the arguments but the first are evicted from the CPU caches, "
