@@ -20,8 +20,9 @@ function (`tensortune.templates.weight_packing`), and found in the model under t
 
 The storage holds a finished `model_tuning.py` run's task studies (its ``<model>.db``); nothing
 is tuned. Writes one row per task: weight, µs as its best trial recorded them, µs alone now
-(all its calls of a run), the same with the caches flushed before each call, µs in the model,
-µs of its repeat in the model, in the model ÷ alone and repeat ÷ alone, and prints the sums.
+(all its calls of a run), the same with the caches flushed and with them dirtied before each
+call (as ``MeasureSettings(cache=...)`` times), µs in the model, µs of its repeat in the
+model, in the model ÷ alone and repeat ÷ alone, and prints the sums.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from kernel_profile import in_model_name, kernel_times, repeat_times
 from results_io import write_csv
 
 from tensortune.measure import MeasureSettings
+from tensortune.measure.settings import CACHE_STATES
 from tensortune.model import build, from_torch
 from tensortune.model.database import best_config, write_database
 from tensortune.model.tuning import ModelTuning, model_tuning
@@ -47,7 +49,8 @@ from tensortune.templates.weight_packing import pack_arguments
 
 #: Warm timing: as tuning times a kernel (repeats of many calls back to back).
 TUNING = MeasureSettings()
-#: Flushed timing: single calls, each after a flush, so more of them for a steady median.
+#: Flushed and dirty timing: single calls, each after a flush or a sweep, so more of them for a
+#: steady median.
 FLUSHED_CALLS = 50
 
 
@@ -70,19 +73,21 @@ def built_kernel(task: object, config: dict, target: dict, seed: int = 0) -> tup
     return module, pack_arguments(module, arrays, packed, tvm.cpu())
 
 
-def alone_seconds(module: Any, arrays: list, flushed: bool = False) -> float:
-    """Median seconds of one call of a `built_kernel`, repeated on warm data, or (`flushed`;
-    default False) one call at a time with every argument but the first evicted from the
-    caches before it (TVM's ``cache_flush_cpu_non_first_arg``, as
-    ``MeasureSettings(cache="flushed")`` times), as a kernel meets its weights in a model run."""
+def alone_seconds(module: Any, arrays: list, cache: str = CACHE_STATES[0]) -> float:
+    """Median seconds of one call of a `built_kernel`, repeated on warm data (`cache`
+    ``"warm"``, the default), or one call at a time after every argument but the first was
+    evicted from the caches (``"flushed"``: TVM's ``cache_flush_cpu_non_first_arg``, as
+    ``MeasureSettings(cache="flushed")`` times) or after 64 MiB were written on every thread
+    (``"dirty"``: `tensortune.measure.cache_sweep`, as ``MeasureSettings(cache="dirty")``
+    times), as a kernel meets its data in a model run."""
     import tvm
 
+    from tensortune.measure.cache_sweep import dirty_caches
     from tensortune.measure.worker_tasks import FLUSH_CACHE
 
-    if flushed:
-        timer = module.time_evaluator(
-            "main", tvm.cpu(), repeat=FLUSHED_CALLS, f_preproc=FLUSH_CACHE
-        )
+    if cache != CACHE_STATES[0]:
+        preproc = FLUSH_CACHE if cache == "flushed" else dirty_caches()
+        timer = module.time_evaluator("main", tvm.cpu(), repeat=FLUSHED_CALLS, f_preproc=preproc)
     else:
         timer = module.time_evaluator(
             "main", tvm.cpu(), min_repeat_ms=TUNING.min_repeat_ms, repeat=TUNING.repeat
@@ -145,12 +150,14 @@ def main() -> None:
             continue
         module, arrays = built_kernel(task, found[0], tuning.target)
         alone = alone_seconds(module, arrays) * task.weight
-        flushed = alone_seconds(module, arrays, flushed=True) * task.weight
+        flushed = alone_seconds(module, arrays, "flushed") * task.weight
+        dirty = alone_seconds(module, arrays, "dirty") * task.weight
         rows.append({
             "task": task.name, "weight": task.weight,
             "tuning_us": round(found[1] * task.weight * 1e6, 1),  # as its trial recorded it
             "alone_us": round(alone * 1e6, 1),
             "flushed_us": round(flushed * 1e6, 1),
+            "dirty_us": round(dirty * 1e6, 1),
             "in_model_us": round(measured["seconds"] * 1e6, 1),
             "again_us": round(again[name] * 1e6, 1),
             "ratio": round(measured["seconds"] / alone, 3),
@@ -162,11 +169,13 @@ def main() -> None:
     alone_ms = sum(r["alone_us"] for r in rows) / 1e3
     model_ms = sum(r["in_model_us"] for r in rows) / 1e3
     flushed_ms = sum(r["flushed_us"] for r in rows) / 1e3
+    dirty_ms = sum(r["dirty_us"] for r in rows) / 1e3
     again_ms = sum(r["again_us"] for r in rows) / 1e3
     threads = os.environ.get("TVM_NUM_THREADS", "all cores")
     run_ms = in_model["run_seconds"] * 1e3
     print(f"threads {threads}: tuned kernels {tuning_ms:.2f} ms as tuning timed them, "
           f"{alone_ms:.2f} ms alone now, {flushed_ms:.2f} ms alone with flushed caches, "
+          f"{dirty_ms:.2f} ms alone with dirty ones, "
           f"{model_ms:.2f} ms in the model "
           f"({model_ms / alone_ms:.2f}x), {again_ms:.2f} ms repeated in the model "
           f"({again_ms / alone_ms:.2f}x); whole run {run_ms:.2f} ms")  # fmt: skip

@@ -1,13 +1,13 @@
-"""The caches as a kernel finds them in a whole model: full of the other kernels' writes.
+"""The caches as a kernel might find them in a whole model: full of the other kernels' writes.
 
 A kernel of a model runs after the model's other kernels, which read their own weights and
-wrote their outputs: its data is out of the cores' caches, and the lines there are dirty and
-must be written back before its own can come in. Timed alone, on repeated runs, it finds its
-data cached; timed after TVM's ``cache_flush_cpu_non_first_arg``, it finds the caches clean. On
-a 2-vCPU Intel guest ResNet-18's tuned kernels took 9.0 ms a run alone, 9.6 ms after a flush
-and 11.5 ms in the model; after one thread wrote 64 MiB, 11.1 ms
-(``studies/README.md``). `dirty_caches` registers the function TVM's timer runs before each
-timed run for `tensortune.measure.settings.MeasureSettings`' ``cache="dirty"``.
+wrote their outputs. Timed alone, on repeated runs, it finds its data cached; timed after TVM's
+``cache_flush_cpu_non_first_arg``, it finds the caches clean. `dirty_caches` registers a sweep
+that writes `SWEEP_MIB` MiB on every thread, which TVM's timer runs before each timed run for
+`tensortune.measure.settings.MeasureSettings`' ``cache="dirty"``. On a 2-vCPU Intel guest
+ResNet-18's tuned kernels took 1.28x their time alone in the model, but after this sweep, in
+TVM's timer, 1.01x (``studies/README.md``): the sweep does not reproduce the model's state,
+though tuning with it changed which kernels won.
 """
 
 from __future__ import annotations

@@ -11,17 +11,18 @@ from tensortune.target import host_cores
 #: usually time. ``"flushed"``: every argument but the first evicted first (TVM's
 #: ``cache_flush_cpu_non_first_arg``), the weights' state in a model, in clean caches.
 #: ``"dirty"``: every core's caches filled with written data first
-#: (`tensortune.measure.cache_sweep`), as a kernel of a whole model finds them after the other
-#: kernels ran. On a 2-vCPU Intel guest ResNet-18's kernels took 1.22x their warm time after a
-#: write of 64 MiB, 1.07x after a flush and 1.28x in the model; tuned dirty, ResNet-18 ran 1.05x
-#: faster (two seeds) but a BERT layer 0.91x (one seed), so neither cold state is the default.
-#: Both time one run per cost, and apply on a CPU only: a GPU's timings ignore them.
+#: (`tensortune.measure.cache_sweep`), meant as a kernel of a whole model finds them after the
+#: other kernels ran. On a 2-vCPU Intel guest ResNet-18 tuned dirty ran 1.05x faster (two
+#: seeds) and a BERT layer 0.91x (one seed), but timed by TVM's timer after the sweep its
+#: kernels took 1.01x their warm time, not the 1.3x they take in the model: why the builds
+#: differ is not known, so neither cold state is the default. Both time one run per cost, and
+#: apply on a CPU only: a GPU's timings ignore them.
 CACHE_STATES_SUMMARIES = {
     "warm": "repeated runs on the same data",
     "flushed": "each run after the arguments but the first are evicted from the CPU caches, "
     "as a kernel finds its weights in a whole model",
-    "dirty": "each run after every core's caches are filled with written data, as a kernel "
-    "finds them in a whole model after the other kernels ran",
+    "dirty": "each run after 64 MiB are written on every thread, meant as a kernel finds the "
+    "caches in a whole model after the other kernels ran",
 }
 CACHE_STATES = tuple(CACHE_STATES_SUMMARIES)
 #: Costs a candidate records where `tune-model` times with cold caches: each cost is then one
