@@ -838,8 +838,8 @@ def test_model_tuning_quick(tmp_path):
     with open(gap) as f:
         found = list(csv.DictReader(f))
     assert found and all(
-        float(r["alone_us"]) > 0 and float(r["flushed_us"]) > 0 and float(r["ratio"]) > 0
-        and float(r["again_us"]) > 0 and float(r["again_ratio"]) > 0
+        float(r["alone_us"]) > 0 and float(r["flushed_us"]) > 0 and float(r["dirty_us"]) > 0
+        and float(r["ratio"]) > 0 and float(r["again_us"]) > 0 and float(r["again_ratio"]) > 0
         for r in found
     )  # fmt: skip
     # The same for the packed arm's studies: kernels that pack their weights are timed alone
