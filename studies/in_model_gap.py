@@ -82,11 +82,10 @@ def alone_seconds(module: Any, arrays: list, cache: str = CACHE_STATES[0]) -> fl
     times), as a kernel meets its data in a model run."""
     import tvm
 
-    from tensortune.measure.cache_sweep import dirty_caches
-    from tensortune.measure.worker_tasks import FLUSH_CACHE
+    from tensortune.measure.worker_tasks import cache_preprocess
 
     if cache != CACHE_STATES[0]:
-        preproc = FLUSH_CACHE if cache == "flushed" else dirty_caches()
+        preproc = cache_preprocess(cache)
         timer = module.time_evaluator("main", tvm.cpu(), repeat=FLUSHED_CALLS, f_preproc=preproc)
     else:
         timer = module.time_evaluator(

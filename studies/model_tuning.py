@@ -54,7 +54,7 @@ from model_timing import ROUNDS, TIMINGS, medians, time_in_processes
 from results_io import write_csv
 
 from tensortune.measure import MeasureSettings
-from tensortune.measure.settings import CACHE_STATES, COLD_REPEAT
+from tensortune.measure.settings import CACHE_STATES, COLD_REPEAT, cache_settings
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
 from tensortune.model.finalists import pick_finalists
@@ -364,7 +364,7 @@ def with_cache(variants: dict[str, Arm], cache: str, beside: dict[str, str]) -> 
     label) and those of other timings (``--cold-cache``) keep theirs."""
     if cache == CACHE_STATES[0]:
         return variants
-    settings = MeasureSettings(cache=cache, repeat=COLD_REPEAT)
+    settings = cache_settings(cache)
     out = {}
     for system, arm in variants.items():
         if arm.settings is not None or system.removeprefix("tensortune-") in beside:

@@ -5,12 +5,11 @@ tasks under one budget, then export it), ``best-model`` (where its tasks stand) 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from typing import Any
 
 from tensortune.errors import TensortuneError
-from tensortune.measure.settings import CACHE_STATES, COLD_REPEAT, cache_state_choices
+from tensortune.measure.settings import CACHE_STATES, cache_settings, cache_state_choices
 from tensortune.model.tuning import WARM_SOURCES, warm_starts
 from tensortune.sampler.source_weighting import SOURCE_WEIGHTINGS, weighting_choices
 from tensortune.scratch import check_new_folder
@@ -149,7 +148,6 @@ def _program(args: argparse.Namespace) -> Any:
 def tune_model_command(args: argparse.Namespace) -> None:
     import os
 
-    from tensortune.measure import MeasureSettings
     from tensortune.model import tune_model
 
     if args.trials < 1:
@@ -169,9 +167,7 @@ def tune_model_command(args: argparse.Namespace) -> None:
     output = args.output or os.path.splitext(os.path.basename(args.model))[0] + "-tuned"
     check_new_folder(output)  # now, not after the tuning
     program = _program(args)
-    settings = MeasureSettings(cache=args.cache)
-    if settings.cache != CACHE_STATES[0]:  # one run a cost: more of them for a steady median
-        settings = dataclasses.replace(settings, repeat=COLD_REPEAT)
+    settings = cache_settings(args.cache)
     tuning = tune_model(
         program, args.trials, args.target, storage=args.storage, sampler=args.sampler,
         seed=args.seed, settings=settings, prepack_weights=args.prepack_weights,

@@ -89,3 +89,13 @@ class MeasureSettings:
         for name in ("build_timeout", "run_timeout", "rtol"):
             if not getattr(self, name) > 0:
                 raise TensortuneError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+def cache_settings(cache: str) -> MeasureSettings:
+    """`MeasureSettings`' defaults timed with the caches in state `cache` (one of
+    `CACHE_STATES`), with `COLD_REPEAT` costs a candidate where cold (as ``tune-model
+    --cache`` times)."""
+    settings = MeasureSettings(cache=cache)
+    if settings.cache == CACHE_STATES[0]:
+        return settings
+    return dataclasses.replace(settings, repeat=COLD_REPEAT)

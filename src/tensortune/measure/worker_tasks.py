@@ -36,6 +36,16 @@ def cache_state(settings: MeasureSettings, kind: str) -> str:
 #: TVM's runtime function that evicts a call's arguments but the first from the CPU caches.
 FLUSH_CACHE = "cache_flush_cpu_non_first_arg"
 
+
+def cache_preprocess(cache: str) -> str:
+    """The global function TVM's ``time_evaluator`` runs before each timed run to leave the
+    caches in state `cache` (one of `CACHE_STATES`): none (``""``) for warm, `FLUSH_CACHE`
+    for flushed, the sweep of `tensortune.measure.cache_sweep` for dirty."""
+    if cache == CACHE_STATES[0]:
+        return ""
+    return FLUSH_CACHE if cache == "flushed" else dirty_caches()
+
+
 # Inputs and reference outputs per workload, kept for the life of the run worker.
 _DATA: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
@@ -134,7 +144,7 @@ def check_and_time(
     ):
         # One run per cost: runs after the first in a cost would find the arguments cached.
         number, min_repeat_ms = 1, 0
-        preprocess = FLUSH_CACHE if settings.cache == "flushed" else dirty_caches()
+        preprocess = cache_preprocess(settings.cache)
     timer = module.time_evaluator(
         "main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, f_preproc=preprocess
     )
