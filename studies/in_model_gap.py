@@ -1,11 +1,12 @@
 """Why our kernels take longer in a model than alone: each task's best kernel timed alone
 (repeated runs on the same warm data, as tuning times it) and in the model (all its calls of
-a run, `kernel_profile.kernel_times`), in one process, at the thread count of this process
+a run, each timed by TVM's timer right after the model's calls before it:
+`kernel_profile.call_times`), in one process, at the thread count of this process
 (``TVM_NUM_THREADS``). Run it once per thread count and compare: a gap that shrinks on one
 thread comes from the threads (data a kernel's other thread wrote, a pool waking up), one that
 stays comes from the data (weights and activations cold in the model). Each kernel is also
-called a second time in the model, right after its own call, on the same buffers
-(`kernel_profile.repeat_times`): a gap that the repeat closes is the caches the model's other
+called a second time in the model, right after its own call, on the same buffers (the same
+replay, through its own call): a gap that the repeat closes is the caches the model's other
 kernels left, one it keeps is the model's buffers or the kernel's place in the run.
 
     TVM_NUM_THREADS=1 python studies/in_model_gap.py --storage sqlite:///work/resnet18.db \
@@ -22,7 +23,8 @@ The storage holds a finished `model_tuning.py` run's task studies (its ``<model>
 is tuned. Writes one row per task: weight, µs as its best trial recorded them, µs alone now
 (all its calls of a run), the same with the caches flushed and with them dirtied before each
 call (as ``MeasureSettings(cache=...)`` times), µs in the model, µs of its repeat in the
-model, in the model ÷ alone and repeat ÷ alone, and prints the sums.
+model, in the model ÷ alone and repeat ÷ alone, and prints the sums, with the whole run
+(TVM's timer) and what all its calls (tuned or not) leave of it: the VM between them.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 
 import model_zoo
 import numpy as np
-from kernel_profile import in_model_name, kernel_times, repeat_times
+from kernel_profile import call_times, in_model_name
 from results_io import write_csv
 
 from tensortune.measure import MeasureSettings
@@ -86,7 +88,11 @@ def alone_seconds(module: Any, arrays: list, cache: str = CACHE_STATES[0]) -> fl
 
     if cache != CACHE_STATES[0]:
         preproc = cache_preprocess(cache)
-        timer = module.time_evaluator("main", tvm.cpu(), repeat=FLUSHED_CALLS, f_preproc=preproc)
+        # One call a cost, as the run worker times cold states: TVM's timer otherwise makes
+        # 10, and all but the first find the caches warm again.
+        timer = module.time_evaluator(
+            "main", tvm.cpu(), number=1, repeat=FLUSHED_CALLS, f_preproc=preproc
+        )
     else:
         timer = module.time_evaluator(
             "main", tvm.cpu(), min_repeat_ms=TUNING.min_repeat_ms, repeat=TUNING.repeat
@@ -137,9 +143,10 @@ def main() -> None:
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
     built = build(program, target, database, tuning.rewrites)
     inputs = [t.numpy() for t in example]
-    in_model = kernel_times(built, inputs)
+    profiles = call_times(built, inputs, again=True)
+    in_model = profiles["in_order"]
     names = {t.name: in_model_name(t.name, in_model["functions"]) for t in tuning.tasks}
-    again = repeat_times(built, inputs, set(names.values()))
+    again = {name: f["seconds"] for name, f in profiles["again"]["functions"].items()}
     rows = []
     for task, study in zip(tuning.tasks, tuning.studies, strict=True):
         found = best_config(study)
@@ -172,12 +179,14 @@ def main() -> None:
     again_ms = sum(r["again_us"] for r in rows) / 1e3
     threads = os.environ.get("TVM_NUM_THREADS", "all cores")
     run_ms = in_model["run_seconds"] * 1e3
+    calls_ms = sum(f["seconds"] for f in in_model["functions"].values()) * 1e3
     print(f"threads {threads}: tuned kernels {tuning_ms:.2f} ms as tuning timed them, "
           f"{alone_ms:.2f} ms alone now, {flushed_ms:.2f} ms alone with flushed caches, "
           f"{dirty_ms:.2f} ms alone with dirty ones, "
           f"{model_ms:.2f} ms in the model "
           f"({model_ms / alone_ms:.2f}x), {again_ms:.2f} ms repeated in the model "
-          f"({again_ms / alone_ms:.2f}x); whole run {run_ms:.2f} ms")  # fmt: skip
+          f"({again_ms / alone_ms:.2f}x); whole run {run_ms:.2f} ms, of which its calls "
+          f"{calls_ms:.2f} ms and the VM between them {run_ms - calls_ms:.2f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":

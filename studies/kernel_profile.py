@@ -1,5 +1,6 @@
-"""Where a built model's time goes: the seconds of each function its Relax VM calls, timed
-from inside a run by a VM instrument (TVM 0.27's VM has no profiler of its own).
+"""Where a built model's time goes: the seconds of each function its Relax VM calls, each call
+timed by TVM's timer after the model's calls before it, replayed (TVM 0.27's VM has no profiler
+of its own).
 
 A kernel's time in the model can differ from its time alone (`model_tuning.task_rows`): alone it
 runs again and again on the same warm data, in the model its weights and inputs come cold from
@@ -33,45 +34,110 @@ IN_MODEL_SUFFIX = "_prepacked"
 
 
 def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) -> dict[str, Any]:
-    """Per function the VM calls in `executable`'s ``main`` (kernels, and builtins such as
-    allocation): calls and seconds per model run, and the instrumented run's own seconds.
+    """Per compiled function the VM calls in `executable`'s ``main``: calls and seconds per
+    model run, each call timed by TVM's timer right after the model's calls before it (the
+    run's calls up to it replayed on the model's own buffers), and the run's own seconds timed
+    by the same timer. What the calls leave of the run is the VM's own work between them (its
+    builtins: allocation, shape checks) and what a call costs it there beyond the call itself.
+
+    A VM instrument calls back into Python around every call, and Python's own work then costs
+    each call more after a kernel that evicted it from the caches: on ResNet-18 such a profile
+    read the kernels 1.28-1.44x their time alone where TVM's timer reads 1.03x
+    (`studies/README.md`). So calls are timed here by TVM's timer only, and the instrument is
+    used once, to find the calls.
 
     Args:
-        executable: A built Relax model (``relax.build`` / ``compile_relax``).
+        executable: A built Relax model (``relax.build`` / ``compile_relax``) or one loaded from
+            its exported library.
         inputs: Its inputs, as NumPy arrays.
-        runs: Runs averaged over. Default `RUNS`.
+        runs: Single calls timed per model call, and single runs of the model: medians. Default
+            `RUNS`.
 
     Returns:
         ``{"functions": {name: {"calls": n, "seconds": s}}, "run_seconds": s}``, per run.
     """
+    return call_times(executable, inputs, runs)["in_order"]
+
+
+def call_times(
+    executable: Any, inputs: list[np.ndarray], runs: int = RUNS, again: bool = False
+) -> dict[str, Any]:
+    """`kernel_times`'s profile under ``"in_order"`` and, with `again` (default False), under
+    ``"again"`` each call timed a second time right after its own call in the run (the calls
+    up to and including it replayed first): the kernel on the model's buffers with the data
+    its first call left in the caches. Between the two, a call's gap to its time alone splits
+    into what the model's other calls leave in the caches (gone on the repeat) and what stays
+    with its buffers. `runs` as in `kernel_times` (default `RUNS`)."""
     import tvm
     from tvm import relax
 
-    vm = relax.VirtualMachine(executable, tvm.cpu())
+    device = tvm.cpu()
+    vm = relax.VirtualMachine(executable, device)
     args = [tvm.runtime.tensor(a) for a in inputs]
     vm["main"](*args)  # warm-up: first-call allocation and page faults
-    spent: dict[str, float] = defaultdict(float)
-    calls: dict[str, int] = defaultdict(int)
-    open_calls: list[float] = []
+    calls = _model_calls(vm, args)
+    vm.set_input("main", *args)
+    run = vm.time_evaluator("invoke_stateful", device, number=1, repeat=runs)("main").median
+    module = getattr(executable, "mod", executable)
+    timed = {"index": 0, "again": 0}
+
+    def replay(*_: Any) -> None:
+        # The run's calls from the one after the timed call round to the one before it (or to
+        # it, timed again): runs follow each other, so what the previous run's later calls
+        # left in the caches counts too (a replay of the run's earlier calls alone left a 7x7
+        # convolution's weights cached from its last timing).
+        index = timed["index"]
+        for _, function, arguments in calls[index + 1 :] + calls[: index + timed["again"]]:
+            function(*arguments)
+
+    tvm.register_global_func(_REPLAY, replay, override=True)
+    profiles = {}
+    for key, extra in (("in_order", 0), ("again", 1))[: 2 if again else 1]:
+        spent: dict[str, float] = defaultdict(float)
+        counted: dict[str, int] = defaultdict(int)
+        for index, (name, _, arguments) in enumerate(calls):
+            timed.update(index=index, again=extra)
+            # One call a cost: TVM's timer otherwise makes 10, all but the first on warm data.
+            timer = _library(module, name).time_evaluator(
+                name, device, number=1, repeat=runs, f_preproc=_REPLAY
+            )
+            spent[name] += float(timer(*arguments).median)
+            counted[name] += 1
+        functions = {n: {"calls": counted[n], "seconds": spent[n]} for n in spent}
+        profiles[key] = {"functions": functions, "run_seconds": float(run)}
+    return profiles
+
+
+#: The global function TVM's timer calls before each timed call (`call_times`).
+_REPLAY = "kernel_profile.replay"
+
+
+def _model_calls(vm: Any, args: list) -> list[tuple[str, Any, list]]:
+    """The calls one run of `vm`'s ``main`` makes to compiled functions (not to the VM's
+    builtins), in order: name, function and arguments (the model's buffers, which these
+    references keep alive)."""
+    calls: list[tuple[str, Any, list]] = []
 
     def instrument(func: Any, symbol: str, before_run: bool, ret_value: Any, *rest: Any) -> int:
-        now = time.perf_counter()
-        if before_run:
-            open_calls.append(now)
-        else:  # calls nest only where a function calls another; each is timed whole
-            spent[str(symbol)] += now - open_calls.pop()
-            calls[str(symbol)] += 1
+        if before_run and not str(symbol).startswith("vm.builtin."):
+            calls.append((str(symbol), func, list(rest)))
         return 0  # VMInstrumentReturnKind.NO_OP: run the call
 
     vm.set_instrument(instrument)
-    start = time.perf_counter()
-    for _ in range(runs):
-        vm["main"](*args)
-    total = time.perf_counter() - start
-    functions = {
-        name: {"calls": calls[name] // runs, "seconds": spent[name] / runs} for name in spent
-    }
-    return {"functions": functions, "run_seconds": total / runs}
+    vm["main"](*args)
+    vm.set_instrument(None)
+    return calls
+
+
+def _library(module: Any, name: str) -> Any:
+    """The module among `module` and its imports (depth first) that compiled function `name`."""
+    if module.implements_function(name):
+        return module
+    for imported in module.imports:
+        found = _library(imported, name)
+        if found is not None:
+            return found
+    return None
 
 
 def kernel_times_in_turns(
@@ -116,53 +182,6 @@ def _median_profile(profiles: list[dict[str, Any]]) -> dict[str, Any]:
         "functions": functions,
         "run_seconds": statistics.median(p["run_seconds"] for p in profiles),
     }
-
-
-def repeat_times(
-    executable: Any, inputs: list[np.ndarray], kernels: set[str], runs: int = RUNS
-) -> dict[str, float]:
-    """Per function of `kernels`, the seconds per model run of calling it a second time right
-    after the model's own call, on the same arguments: the kernel on the model's buffers, with
-    the data its first call left in the caches. Next to `kernel_times`'s seconds (the same
-    calls as the model makes them) it splits a kernel's gap between the model and alone into
-    what the model leaves in the caches (gone on the repeat) and what stays with its buffers.
-
-    Args:
-        executable: A built Relax model (``relax.build`` / ``compile_relax``).
-        inputs: Its inputs, as NumPy arrays.
-        kernels: The functions to repeat (the model's tuned kernels: they write only their
-            output arguments, so a second call leaves the run's results as they were; a
-            `RuntimeError` says where the model's output changed all the same).
-        runs: Runs averaged over. Default `RUNS`.
-    """
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    args = [tvm.runtime.tensor(a) for a in inputs]
-    expected = _first_output(vm["main"](*args))
-    spent: dict[str, float] = defaultdict(float)
-
-    def instrument(func: Any, symbol: str, before_run: bool, ret_value: Any, *rest: Any) -> int:
-        if not before_run and str(symbol) in kernels:
-            start = time.perf_counter()
-            func(*rest)
-            spent[str(symbol)] += time.perf_counter() - start
-        return 0
-
-    vm.set_instrument(instrument)
-    for _ in range(runs):
-        found = vm["main"](*args)
-    if not np.array_equal(_first_output(found), expected):
-        raise RuntimeError("a repeated kernel changed the model's output: it is not idempotent")
-    return {name: seconds / runs for name, seconds in spent.items()}
-
-
-def _first_output(result: Any) -> np.ndarray:
-    """The model's first output of a VM call's result (a tensor or a tuple of them)."""
-    while not hasattr(result, "numpy"):
-        result = result[0]
-    return result.numpy()
 
 
 def in_model_name(task: str, functions: dict[str, Any]) -> str:

@@ -1508,6 +1508,42 @@ def test_builds_are_profiled_in_turns_and_read_by_their_medians(monkeypatch):
     assert found["b"]["run_seconds"] == 30.0
 
 
+def test_every_compiled_call_of_a_run_is_timed_by_tvms_timer():
+    """A small model's profile holds each function its run calls (not the VM's builtins), with
+    its calls per run and seconds, timed again after its own call too; the run's own seconds
+    hold at least most of its calls' (what is left is the VM between them)."""
+    import numpy as np
+    import tvm
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Model:
+        @R.function
+        def main(x: R.Tensor((64, 64), "float32"), w: R.Tensor((64, 64), "float32")):
+            with R.dataflow():
+                y = R.nn.relu(R.matmul(x, w))
+                z = R.matmul(y, w)
+                out = R.add(z, x)
+                R.output(out)
+            return out
+
+    executable = tvm.compile(Model, target="llvm")
+    profile = studies_module("kernel_profile")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((64, 64)).astype("float32") for _ in range(2)]
+    found = profile.call_times(executable, inputs, runs=3, again=True)
+    in_order, again = found["in_order"], found["again"]
+    names = set(in_order["functions"])
+    assert names and names == set(again["functions"])
+    assert not any(name.startswith("vm.builtin.") for name in names)
+    assert sum(f["calls"] for f in in_order["functions"].values()) >= 2
+    assert all(f["seconds"] > 0 for f in in_order["functions"].values())
+    calls_s = sum(f["seconds"] for f in in_order["functions"].values())
+    assert 0 < calls_s < 3 * in_order["run_seconds"]
+    assert profile.kernel_times(executable, inputs, runs=2)["functions"].keys() == names
+
+
 def test_a_task_is_found_in_the_model_under_its_own_or_its_packed_name():
     """A task's function is called under its own name, or under the packed split's where TVM
     split its weight packing off; a task the model does not call keeps its own name. Where a
