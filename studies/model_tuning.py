@@ -61,6 +61,7 @@ from tensortune.model.finalists import pick_finalists
 from tensortune.model.tasks import NO_REWRITES, Rewrites, task_passes
 from tensortune.model.tuning import ModelTuning, task_state
 from tensortune.target import make_target, target_spec
+from tensortune.trial_records import timed_cache
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUDGETS = (500, 1000, 2000)
@@ -306,9 +307,10 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     winograd = Rewrites(args.prepack_weights, True, channels_last=args.channels_last)
     # (--beside) other plain studies of this model, tuned by other code, say: timed beside;
     # (--beside-winograd) studies of its Winograd arm instead.
+    # Each resumes in the cache state its studies were timed in (``--cache`` of their run).
     for label, url in dict(args.beside).items():
         rewrites = winograd if args.beside_winograd else NO_REWRITES
-        variants[f"tensortune-{label}"] = Arm(url, rewrites=rewrites)
+        variants[f"tensortune-{label}"] = Arm(url, storage_settings(url), rewrites=rewrites)
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
         variants["tensortune-cold"] = Arm(cold, MeasureSettings(cache="flushed"))
@@ -355,6 +357,22 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
             url, MeasureSettings(cache="flushed"), warm_start=True
         )
     return with_cache(variants, getattr(args, "cache", CACHE_STATES[0]), dict(args.beside))
+
+
+def storage_settings(url: str) -> MeasureSettings | None:
+    """How the task studies in storage `url` were timed: None (the defaults) where warm or
+    where none has a completed trial, else `cache_settings` of their cache state
+    (`trial_records.timed_cache`; the first study with a completed trial decides, as
+    ``tune_model`` refuses to resume a set timed two ways)."""
+    if url.startswith("sqlite:///") and not os.path.exists(url.removeprefix("sqlite:///")):
+        return None  # not made yet: nothing to resume
+    storage = optuna.storages.get_storage(url)
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        cache = timed_cache(study)
+        if cache is not None:
+            return None if cache == CACHE_STATES[0] else cache_settings(cache)
+    return None
 
 
 def with_cache(variants: dict[str, Arm], cache: str, beside: dict[str, str]) -> dict[str, Arm]:
@@ -731,8 +749,9 @@ def main() -> None:
                         "packed)")  # fmt: skip
     parser.add_argument("--beside", nargs="+", default=[], metavar="LABEL=STORAGE",
                         help="also ours from the task studies in STORAGE (an Optuna URL; a "
-                        "run of other code, say), resumed to each budget and timed as "
-                        "tensortune-LABEL beside the rest (default none)")  # fmt: skip
+                        "run of other code, say), resumed to each budget in the cache "
+                        "state they were timed in and timed as tensortune-LABEL beside the "
+                        "rest (default none)")  # fmt: skip
     parser.add_argument("--beside-winograd", action="store_true",
                         help="the --beside studies are of the Winograd arm (NHWC with "
                         "--channels-last, packed with --prepack-weights), not the plain "

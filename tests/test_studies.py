@@ -648,6 +648,37 @@ def test_model_tuning_times_the_arms_it_tunes_with_the_cache_state_asked():
     ) == "tensortune-dirty"  # fmt: skip
 
 
+def test_model_tuning_resumes_beside_studies_in_the_cache_state_they_were_timed_in(tmp_path):
+    """A --beside storage whose studies were timed dirty is resumed dirty (tune_model would
+    refuse it warm), one timed warm or not made yet with the defaults."""
+    import argparse
+
+    from tensortune.trial_records import CACHE_ATTR
+
+    model_tuning = studies_module("model_tuning")
+    urls = {}
+    for state in ("dirty", "warm"):
+        urls[state] = f"sqlite:///{tmp_path / state}.db"
+        study = optuna.create_study(study_name="task", storage=urls[state])
+        study.add_trial(optuna.trial.create_trial(
+            value=1.0, user_attrs={CACHE_ATTR: state} if state != "warm" else {}
+        ))  # fmt: skip
+    urls["none"] = f"sqlite:///{tmp_path / 'none'}.db"
+    assert model_tuning.storage_settings(urls["dirty"]).cache == "dirty"
+    assert model_tuning.storage_settings(urls["dirty"]).repeat == model_tuning.COLD_REPEAT
+    assert model_tuning.storage_settings(urls["warm"]) is None
+    assert model_tuning.storage_settings(urls["none"]) is None
+    assert not (tmp_path / "none.db").exists()
+    flags = dict(work="w", beside=list(urls.items()), beside_winograd=False, plain=False,
+                 cold_cache=False, prepack_weights=False, winograd=False, channels_last=False,
+                 warm_start_tasks=False, share_bests=False, warm_start_twins=False,
+                 cache="flushed")  # fmt: skip
+    found = model_tuning.arms("m", argparse.Namespace(**flags))
+    assert set(found) == {"tensortune-dirty", "tensortune-warm", "tensortune-none"}
+    assert found["tensortune-dirty"].settings.cache == "dirty"
+    assert found["tensortune-warm"].settings is None
+
+
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     """The per-task rows and the profile follow tune-model's default layout: the channels-last
     arm where the run tunes one, else the packed arm where it tunes one, the plain arm
