@@ -35,16 +35,15 @@ IN_MODEL_SUFFIX = "_prepacked"
 
 def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) -> dict[str, Any]:
     """Per compiled function the VM calls in `executable`'s ``main``: calls and seconds per
-    model run, each call timed by TVM's timer right after the model's calls before it (the
-    run's calls up to it replayed on the model's own buffers), and the run's own seconds timed
-    by the same timer. What the calls leave of the run is the VM's own work between them (its
-    builtins: allocation, shape checks) and what a call costs it there beyond the call itself.
+    model run, each call timed by TVM's timer, one call a cost, right after the run's other
+    calls (replayed on the model's own buffers, from the call after it round to the call
+    before it), and the run's own seconds timed by the same timer. What the calls leave of
+    the run is the VM's own work between them (its builtins: allocation, shape checks).
 
     A VM instrument calls back into Python around every call, and Python's own work then costs
-    each call more after a kernel that evicted it from the caches: on ResNet-18 such a profile
-    read the kernels 1.28-1.44x their time alone where TVM's timer reads 1.03x
-    (`studies/README.md`). So calls are timed here by TVM's timer only, and the instrument is
-    used once, to find the calls.
+    each call 20-40 µs more after a kernel that evicted it from the caches (the fc layer of
+    ResNet-18 read 48 µs for 14; `studies/README.md`). So calls are timed here by TVM's timer
+    only, and the instrument is used once, to find the calls.
 
     Args:
         executable: A built Relax model (``relax.build`` / ``compile_relax``) or one loaded from
@@ -97,10 +96,11 @@ def call_times(
         counted: dict[str, int] = defaultdict(int)
         for index, (name, _, arguments) in enumerate(calls):
             timed.update(index=index, again=extra)
+            library = _library(module, name)
+            if library is None:  # resolved elsewhere: TVM's timer cannot time it by name
+                raise LookupError(f"no module of the build compiled {name!r}")
             # One call a cost: TVM's timer otherwise makes 10, all but the first on warm data.
-            timer = _library(module, name).time_evaluator(
-                name, device, number=1, repeat=runs, f_preproc=_REPLAY
-            )
+            timer = library.time_evaluator(name, device, number=1, repeat=runs, f_preproc=_REPLAY)
             spent[name] += float(timer(*arguments).median)
             counted[name] += 1
         functions = {n: {"calls": counted[n], "seconds": spent[n]} for n in spent}
@@ -130,7 +130,8 @@ def _model_calls(vm: Any, args: list) -> list[tuple[str, Any, list]]:
 
 
 def _library(module: Any, name: str) -> Any:
-    """The module among `module` and its imports (depth first) that compiled function `name`."""
+    """The module among `module` and its imports (depth first) that compiled function `name`,
+    or None."""
     if module.implements_function(name):
         return module
     for imported in module.imports:
@@ -193,8 +194,8 @@ def in_model_name(task: str, functions: dict[str, Any]) -> str:
 
 def where_time_goes(profile: dict[str, Any], kernels: set[str]) -> dict[str, float]:
     """A profile's seconds per run split into the `kernels` (the model's tuned functions, by
-    task name: `in_model_name`), the rest of its calls (builtins, untuned functions) and the VM
-    between calls."""
+    task name: `in_model_name`), the rest of its calls (untuned functions; builtins too in
+    profiles taken with an instrument before 2026-12-06) and the VM between calls."""
     functions = profile["functions"]
     named = {in_model_name(task, functions) for task in kernels}
     in_kernels = sum(f["seconds"] for name, f in functions.items() if name in named)

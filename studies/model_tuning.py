@@ -653,8 +653,9 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
         for system in systems:
             lines += _goal_lines(model, system, system.replace("tensortune", "metaschedule"), mine)
     if split:
-        lines += ["", "Where a run's time goes (ms; instrumented runs, each figure the median "
-                  "of the builds' profiles taken in turns):", "",
+        lines += ["", "Where a run's time goes (ms; each call timed by TVM's timer after the run's "
+                  "other calls, `kernel_profile.kernel_times`; each figure the median of the "
+                  "builds' profiles taken in turns):", "",
                   "| model | system | trials | run | tuned kernels | other calls | VM between "
                   "calls |", "|---|---|---|---|---|---|---|"]  # fmt: skip
         lines += [f"| {r['model']} | {r['system']} | {r['budget']} | {r['run_s']} | "
