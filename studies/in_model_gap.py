@@ -1,6 +1,6 @@
 """Why our kernels take longer in a model than alone: each task's best kernel timed alone
 (repeated runs on the same warm data, as tuning times it) and in the model (all its calls of
-a run, each timed by TVM's timer right after the model's calls before it:
+a run, each timed by TVM's timer right after the run's other calls, replayed:
 `kernel_profile.call_times`), in one process, at the thread count of this process
 (``TVM_NUM_THREADS``). Run it once per thread count and compare: a gap that shrinks on one
 thread comes from the threads (data a kernel's other thread wrote, a pool waking up), one that

@@ -1,6 +1,6 @@
 """Where a built model's time goes: the seconds of each function its Relax VM calls, each call
-timed by TVM's timer after the model's calls before it, replayed (TVM 0.27's VM has no profiler
-of its own).
+timed by TVM's timer after the run's other calls, replayed (TVM 0.27's VM has no profiler of
+its own).
 
 A kernel's time in the model can differ from its time alone (`model_tuning.task_rows`): alone it
 runs again and again on the same warm data, in the model its weights and inputs come cold from
@@ -62,8 +62,8 @@ def call_times(
     executable: Any, inputs: list[np.ndarray], runs: int = RUNS, again: bool = False
 ) -> dict[str, Any]:
     """`kernel_times`'s profile under ``"in_order"`` and, with `again` (default False), under
-    ``"again"`` each call timed a second time right after its own call in the run (the calls
-    up to and including it replayed first): the kernel on the model's buffers with the data
+    ``"again"`` each call timed a second time right after its own call in the run (the run's
+    other calls and then itself replayed first): the kernel on the model's buffers with the data
     its first call left in the caches. Between the two, a call's gap to its time alone splits
     into what the model's other calls leave in the caches (gone on the repeat) and what stays
     with its buffers. `runs` as in `kernel_times` (default `RUNS`)."""
