@@ -1539,6 +1539,29 @@ def test_builds_are_profiled_in_turns_and_read_by_their_medians(monkeypatch):
     assert found["b"]["run_seconds"] == 30.0
 
 
+def test_in_model_gap_times_a_cold_cache_one_call_a_cost():
+    """Flushed and dirty kernels are timed one call after each flush or sweep: TVM's timer
+    otherwise makes 10 calls a cost, 9 of them on warm caches (how the flushed column read
+    kernels at their warm time until 2026-12-06); warm ones are timed as tuning times them."""
+    in_model_gap = studies_module("in_model_gap")
+    asked = []
+
+    class Timed:
+        median = 1e-3
+
+    class Module:
+        def time_evaluator(self, name, device, **kwargs):
+            asked.append(kwargs)
+            return lambda *args: Timed()
+
+    for cache in ("warm", "flushed", "dirty"):
+        in_model_gap.alone_seconds(Module(), [], cache)
+    warm, flushed, dirty = asked
+    assert flushed["number"] == dirty["number"] == 1
+    assert flushed["f_preproc"] and dirty["f_preproc"] and "f_preproc" not in warm
+    assert warm["min_repeat_ms"] == in_model_gap.TUNING.min_repeat_ms
+
+
 def test_every_compiled_call_of_a_run_is_timed_by_tvms_timer():
     """A small model's profile holds each function its run calls (not the VM's builtins), with
     its calls per run and seconds, timed again after its own call too; the run's own seconds
