@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
-#: Model runs timed with the instrument, after one warm-up run without it.
+#: Single calls timed per model call (each after the run's other calls), medians.
 RUNS = 20
+#: Whole runs read after each call's timing; the run's seconds are their median.
+RUNS_PER_CALL = 3
 #: Turns of `kernel_times_in_turns`: one profile per build and turn, the order reversed every
 #: other turn. One profile each, taken one after the other, read two BERT builds 1.3x apart
 #: where a timing in rounds had read them level; six turns beside six timed rounds read the
@@ -37,8 +39,9 @@ def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) ->
     """Per compiled function the VM calls in `executable`'s ``main``: calls and seconds per
     model run, each call timed by TVM's timer, one call a cost, right after the run's other
     calls (replayed on the model's own buffers, from the call after it round to the call
-    before it), and the run's own seconds timed by the same timer. What the calls leave of
-    the run is the VM's own work between them (its builtins: allocation, shape checks).
+    before it), and the run's own seconds timed by the same timer between the calls'
+    timings. What the calls leave of the run is the VM's own work between them (its builtins:
+    allocation, shape checks).
 
     A VM instrument calls back into Python around every call, and Python's own work then costs
     each call 20-40 µs more after a kernel that evicted it from the caches (the fc layer of
@@ -49,8 +52,8 @@ def kernel_times(executable: Any, inputs: list[np.ndarray], runs: int = RUNS) ->
         executable: A built Relax model (``relax.build`` / ``compile_relax``) or one loaded from
             its exported library.
         inputs: Its inputs, as NumPy arrays.
-        runs: Single calls timed per model call, and single runs of the model: medians. Default
-            `RUNS`.
+        runs: Single calls timed per model call: medians. Default `RUNS`. The run's seconds are
+            the median of `RUNS_PER_CALL` runs read after each call's timing.
 
     Returns:
         ``{"functions": {name: {"calls": n, "seconds": s}}, "run_seconds": s}``, per run.
@@ -76,7 +79,7 @@ def call_times(
     vm["main"](*args)  # warm-up: first-call allocation and page faults
     calls = _model_calls(vm, args)
     vm.set_input("main", *args)
-    run = vm.time_evaluator("invoke_stateful", device, number=1, repeat=runs)("main").median
+    run_timer = vm.time_evaluator("invoke_stateful", device, number=1, repeat=RUNS_PER_CALL)
     module = getattr(executable, "mod", executable)
     timed = {"index": 0, "again": 0}
 
@@ -94,6 +97,7 @@ def call_times(
     for key, extra in (("in_order", 0), ("again", 1))[: 2 if again else 1]:
         spent: dict[str, float] = defaultdict(float)
         counted: dict[str, int] = defaultdict(int)
+        run_seconds: list[float] = []
         for index, (name, _, arguments) in enumerate(calls):
             timed.update(index=index, again=extra)
             library = _library(module, name)
@@ -103,8 +107,11 @@ def call_times(
             timer = library.time_evaluator(name, device, number=1, repeat=runs, f_preproc=_REPLAY)
             spent[name] += float(timer(*arguments).median)
             counted[name] += 1
+            # Runs read between the calls' timings, so that run and calls share one window:
+            # read seconds apart on a drifting guest, the residual once came out at -0.45 ms.
+            run_seconds.extend(float(r) for r in run_timer("main").results)
         functions = {n: {"calls": counted[n], "seconds": spent[n]} for n in spent}
-        profiles[key] = {"functions": functions, "run_seconds": float(run)}
+        profiles[key] = {"functions": functions, "run_seconds": statistics.median(run_seconds)}
     return profiles
 
 
