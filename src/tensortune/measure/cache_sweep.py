@@ -5,8 +5,8 @@ wrote their outputs. Timed alone, on repeated runs, it finds its data cached; ti
 ``cache_flush_cpu_non_first_arg``, it finds the caches clean. `dirty_caches` registers a sweep
 that writes `SWEEP_MIB` MiB on every thread, which TVM's timer runs before each timed run for
 `tensortune.measure.settings.MeasureSettings`' ``cache="dirty"``. On a 2-vCPU Intel guest
-ResNet-18's tuned kernels took 1.15-1.22x their time alone in the model (each call timed by
-TVM's timer after the run's other calls), 1.05-1.09x after this sweep and 1.28-1.33x after TVM's
+ResNet-18's tuned kernels took 1.15-1.24x their time alone in the model (each call timed by
+TVM's timer after the run's other calls), 1.05-1.09x after this sweep and 1.27-1.33x after TVM's
 flush, one call a cost (``studies/README.md``): the sweep reproduces part of the model's state.
 """
 

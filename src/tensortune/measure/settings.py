@@ -12,8 +12,8 @@ from tensortune.target import host_cores
 #: ``cache_flush_cpu_non_first_arg``), the weights' state in a model, in clean caches.
 #: ``"dirty"``: every core's caches filled with written data first
 #: (`tensortune.measure.cache_sweep`), meant as a kernel of a whole model finds them after the
-#: other kernels ran. On a 2-vCPU Intel guest ResNet-18's kernels took 1.15-1.22x their warm
-#: time in the model, 1.05-1.09x dirty and 1.28-1.33x flushed (a BERT layer's: 0.96-1.03x in
+#: other kernels ran. On a 2-vCPU Intel guest ResNet-18's kernels took 1.15-1.24x their warm
+#: time in the model, 1.05-1.09x dirty and 1.27-1.33x flushed (a BERT layer's: 0.96-1.03x in
 #: the model); tuned dirty it ran 1.05x faster (two seeds) and flushed 1.02x (a tie), but the
 #: BERT layer 0.91x and 0.87x (one seed), so neither cold state is the default. Both time one
 #: run per cost, and apply on a CPU only: a GPU's timings ignore them.
