@@ -81,6 +81,10 @@ def call_times(
     vm.set_input("main", *args)
     run_timer = vm.time_evaluator("invoke_stateful", device, number=1, repeat=RUNS_PER_CALL)
     module = getattr(executable, "mod", executable)
+    libraries = {name: _library(module, name) for name, _, _ in calls}
+    for name, library in libraries.items():
+        if library is None:  # resolved elsewhere: TVM's timer cannot time it by name
+            raise LookupError(f"no module of the build compiled {name!r}")
     timed = {"index": 0, "again": 0}
 
     def replay(*_: Any) -> None:
@@ -100,11 +104,10 @@ def call_times(
         run_seconds: list[float] = []
         for index, (name, _, arguments) in enumerate(calls):
             timed.update(index=index, again=extra)
-            library = _library(module, name)
-            if library is None:  # resolved elsewhere: TVM's timer cannot time it by name
-                raise LookupError(f"no module of the build compiled {name!r}")
             # One call a cost: TVM's timer otherwise makes 10, all but the first on warm data.
-            timer = library.time_evaluator(name, device, number=1, repeat=runs, f_preproc=_REPLAY)
+            timer = libraries[name].time_evaluator(
+                name, device, number=1, repeat=runs, f_preproc=_REPLAY
+            )
             spent[name] += float(timer(*arguments).median)
             counted[name] += 1
             # Runs read between the calls' timings, so that run and calls share one window:
