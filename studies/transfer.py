@@ -48,6 +48,10 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-unscreened``: the same with ``screen_share=1``: every candidate of a round's search
   is lowered for its program features, none ruled out first by the knob-feature screen
   (`tensortune.sampler.screening`; the warm start before the screen);
+- ``cold-program``: cold, with the program features a warm study from another design space
+  uses (``feature_set`` the cost model's own, with the knob-feature screen), so that a warm
+  study's loss to cold can be split between its sources and its features (for the TreeGRU,
+  which always takes program features, the same as ``cold``);
 - ``enqueue``: cold, after Optuna's simple alternative: the sources' 8 best configs enqueued
   as the first trials. Tile splits of another shape are rarely in the target's space (none of
   C12's best is in C7's), so each is moved to the target's nearest split; configs of another
@@ -182,6 +186,7 @@ MODES = (
     "warm-unscreened",
     "warm-all-rows",
     "warm-by-weight",
+    "cold-program",
     "enqueue",
 )
 
@@ -251,11 +256,14 @@ def run_target(
     study = finished(storage, name)
     if study is not None:
         return study
+    options = sampler_options(mode)
+    if mode == "cold-program":
+        options["feature_set"] = COST_MODELS[cost_model]
     sampler = tensortune.CostModelSampler(
         cost_model=cost_model,
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
-        **sampler_options(mode),
+        **options,
     )
     start = time.perf_counter()
     if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes
