@@ -17,7 +17,7 @@ from tensortune.cost_model import make_cost_model
 from tensortune.dashboard import source_weight_rounds, study_note
 from tensortune.features import FeatureExtractor
 from tensortune.sampler import CostModelSampler, proposals
-from tensortune.sampler.history import History, KnobSpace, design_leads
+from tensortune.sampler.history import History, KnobSpace, design_leads, read_history
 from tensortune.sampler.nearest_studies import find_sources, program_distance
 from tensortune.sampler.source_weighting import (
     FADED_SHARE,
@@ -38,7 +38,7 @@ from tensortune.search import space_filling
 from tensortune.storage import create_study, open_storage, target_key
 from tensortune.target import target_spec
 from tensortune.templates import CpuTemplate
-from tensortune.trial_records import PROPOSAL_ATTR
+from tensortune.trial_records import PROPOSAL_ATTR, steered_by_sources
 from tensortune.workloads import PRESETS
 
 LLVM = target_spec("llvm")
@@ -474,6 +474,33 @@ def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
     measured = {space.encode(t.params) for t in study.trials}
     missing = [row for row in design.tolist() if tuple(row) not in measured]
     assert not missing, f"{len(missing)} of the 16 design points never measured"
+
+
+def test_a_study_that_dropped_its_sources_goes_on_as_the_cold_study_of_its_seed(tmp_path):
+    """Once a reversed source weighs nothing, the study measures the rest of the design and
+    its model leaves out the configs the source steered it to: from there it proposes, config
+    for config, what the cold study of its seed proposes (until an explore round, which keeps
+    away from every measured config, the source's too)."""
+    db = open_storage(f"sqlite:///{tmp_path / 'c.db'}")
+    inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
+    warm = _tuned(db, "warm", [inverted], seed=0, n_trials=32)
+    cold = _tuned(db, "cold", [], seed=0, n_trials=28)
+    steered = [steered_by_sources(t) for t in warm.trials]
+    assert steered[0], steered  # the source's model chose the first config
+    dropped = len(steered) - steered[::-1].index(True)  # the first trial after its last
+    assert dropped <= 16, steered
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in warm.trials]
+    assert "model" in kinds[dropped + 12 :], kinds  # its own model's rounds
+    cold_configs = [t.params for t in cold.trials]
+    unsteered = [t.params for t, s in zip(warm.trials, steered, strict=True) if not s]
+    assert len(unsteered) >= 24 and unsteered == cold_configs[: len(unsteered)]
+    # Without the source's configs left out, its model would have learned from them.
+    history = read_history(warm, KnobSpace(CpuTemplate(workload(64, 64, 64)).knobs))
+    kept = read_history(
+        warm, KnobSpace(CpuTemplate(workload(64, 64, 64)).knobs), leave_out=steered_by_sources
+    )
+    assert len(history.configs) - len(kept.configs) == sum(steered) > 0
+    assert kept.taken == history.taken and kept.n_finished == len(kept.configs)
 
 
 def test_auto_finds_same_target_studies_nearest_first(tmp_path):

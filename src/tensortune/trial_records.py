@@ -75,6 +75,16 @@ def claim_config(
     study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, proposal)
 
 
+def steered_by_sources(trial: FrozenTrial) -> bool:
+    """Whether a warm study's model chose `trial`'s config while a prior study still weighed
+    something in it: its `PROPOSAL_ATTR` records a positive source weight, and the config is
+    not a point of the cold start-up design (``"startup"``), which no source chose."""
+    proposal = trial.system_attrs.get(PROPOSAL_ATTR) or {}
+    if proposal.get("source") == "startup":
+        return False
+    return any(weight > 0 for weight in (proposal.get("source_weights") or {}).values())
+
+
 def study_trials(study: optuna.Study, cached: bool = False) -> list[FrozenTrial]:
     """All trials of `study`, not deep-copied (never mutate them).
 

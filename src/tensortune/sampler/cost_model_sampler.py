@@ -32,7 +32,7 @@ from tensortune.sampler.source_weighting import SOURCE_ROWS, SOURCE_WEIGHTINGS
 from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import random_configs, space_filling, unseen_random_configs
 from tensortune.target import host_cores
-from tensortune.trial_records import claim_config, claimed_by_another
+from tensortune.trial_records import claim_config, claimed_by_another, steered_by_sources
 
 if TYPE_CHECKING:
     from tensortune.cost_model import CostModel
@@ -60,7 +60,8 @@ class CostModelSampler(BaseSampler):
     ``source_half_life`` trials of the study's own and, with ``source_weighting="evidence"``
     (or ``"relative"``, ``"outranked"``), follows how well each source ranks the study's own
     measured configs, down to nothing for one that misleads; once all weigh nothing, the
-    study goes on as a cold one (the rest of the design, the cold feature set). Their best
+    study goes on as a cold one (the rest of the design, the cold feature set, a model of the
+    configs the sources did not steer). Their best
     configs, moved into the study's knob space where the knobs match, start annealing chains
     until the study has enough good configs of its own.
 
@@ -177,8 +178,10 @@ class CostModelSampler(BaseSampler):
             fits a round), none once it ranks them worse; ``"capped"``: the evidence's
             weights, scaled so that the sources' rows together weigh at most as much as the
             study's own. Once
-            every source weighs nothing the study drops them and first measures the rest of
-            the cold study's start-up design. Each round's weights
+            every source weighs nothing the study drops them, first measures the rest of
+            the cold study's start-up design, and from then on its model learns only from
+            configs the sources did not steer (`tensortune.trial_records.steered_by_sources`),
+            so that it goes on as the cold study of its seed. Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
         source_rows: Which source rows a cost model that goes on training from round to round
             (the TreeGRU) fits on, one of `tensortune.sampler.source_weighting.SOURCE_ROWS`. Default
@@ -553,7 +556,12 @@ class CostModelSampler(BaseSampler):
         if self._encoded_study != (id(study._storage), study._study_id):
             self._encoded_study = (id(study._storage), study._study_id)
             self._encoded.clear()
-        history = read_history(study, self._space, fresh=fresh, memo=self._encoded)
+        # A study that dropped its sources learns, as the cold study of its seed would, only
+        # from configs they did not steer: those pull its model back to where they led.
+        leave_out = steered_by_sources if self.warm.dropped else None
+        history = read_history(
+            study, self._space, fresh=fresh, memo=self._encoded, leave_out=leave_out
+        )
         n_measured = int(np.isfinite(history.values).sum())
         assert self._extractor is not None
         rows = self.warm.load(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tensortune.trial_records import is_abandoned, stale_among, study_trials, trial_config
 
@@ -69,6 +69,7 @@ def read_history(
     space: KnobSpace,
     fresh: bool = False,
     memo: dict[int, tuple[int, ...] | None] | None = None,
+    leave_out: Callable[[FrozenTrial], bool] | None = None,
 ) -> History:
     """The study's trials as a `History` over `space`.
 
@@ -82,6 +83,9 @@ def read_history(
             only, read and filled here: a finished trial's config never changes, so a sampler
             that keeps it encodes each trial once instead of once per ask (with 1000 trials,
             7 ms an ask). Default None: encode every trial.
+        leave_out: Finished trials for which it returns True are only `taken`: not in
+            `configs`, `values` or `n_finished`, as if another study had measured them.
+            Default None: none left out.
     """
     finished_states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     trials = study_trials(study, cached=not fresh)
@@ -99,12 +103,13 @@ def read_history(
             indices = space.encode(trial_config(trial))
             if memo is not None and finished:
                 memo[trial.number] = indices
-        if finished:
+        left_out = finished and leave_out is not None and leave_out(trial)
+        if finished and not left_out:
             n_finished += 1
         if indices is None:
             continue
         taken.add(indices)
-        if finished:
+        if finished and not left_out:
             configs.append(indices)
             value = trial.value if trial.state == TrialState.COMPLETE else None
             values.append(np.nan if value is None else (value if maximize else -value))
