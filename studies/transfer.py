@@ -35,6 +35,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   study's start-up design, all of it, and the sources train the model from its first round;
 - ``warm-yield``: the same with ``yield_to_design=True``: an early trial of the sources' model
   goes to the cold design instead while the design's fastest config beats the model's;
+- ``warm-outpaced``: the same with ``drop_outpaced=True``: the sources are dropped during the
+  start-up once the cold design's fastest config beats the fastest the sources' model chose;
 - ``warm-local``: the same with ``local_share=0.5``: after the start-up every other trial is
   proposed by a cold twin, a model of the study's own configs alone (knob features, the cold
   search), so that the sources' model does not steer the whole search;
@@ -168,6 +170,7 @@ OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-model": {"source_starts": 0},
     "warm-design": {"source_startup_share": 0.0},
     "warm-yield": {"yield_to_design": True},
+    "warm-outpaced": {"drop_outpaced": True},
     "warm-local": {"local_share": 0.5},
     "warm-design-local": {"source_startup_share": 0.0, "local_share": 0.5},
     "warm-knob": {"feature_set": "knob"},
@@ -180,6 +183,7 @@ MODES = (
     "warm-model",
     "warm-design",
     "warm-yield",
+    "warm-outpaced",
     "warm-local",
     "warm-design-local",
     "warm-knob",
@@ -231,10 +235,14 @@ def best_configs(sources: list[optuna.Study], target: str, n: int = 8) -> list[d
     return out
 
 
-def sampler_options(mode: str) -> dict[str, object]:
-    """The `CostModelSampler` arguments, besides the sources, that set `mode` apart."""
+def sampler_options(mode: str, cost_model: str = DEFAULT_COST_MODEL) -> dict[str, object]:
+    """The `CostModelSampler` arguments, besides the sources, that set `mode` apart with
+    `cost_model` (default `DEFAULT_COST_MODEL`)."""
     weighting = WEIGHTING_OF_MODE.get(mode, SOURCE_WEIGHTINGS[0])
-    return {"source_weighting": weighting, **OPTIONS_OF_MODE.get(mode, {})}
+    options = {"source_weighting": weighting, **OPTIONS_OF_MODE.get(mode, {})}
+    if mode == "cold-program":  # the cost model's program features, whatever it is
+        options["feature_set"] = COST_MODELS[cost_model]
+    return options
 
 
 def run_target(
@@ -256,14 +264,11 @@ def run_target(
     study = finished(storage, name)
     if study is not None:
         return study
-    options = sampler_options(mode)
-    if mode == "cold-program":
-        options["feature_set"] = COST_MODELS[cost_model]
     sampler = tensortune.CostModelSampler(
         cost_model=cost_model,
         seed=seed,
         source_studies=sources if mode.startswith("warm") else (),
-        **options,
+        **sampler_options(mode, cost_model),
     )
     start = time.perf_counter()
     if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes

@@ -503,6 +503,24 @@ def test_a_study_that_dropped_its_sources_goes_on_as_the_cold_study_of_its_seed(
     assert kept.taken == history.taken and kept.n_finished == len(kept.configs)
 
 
+def test_sources_whose_picks_lose_to_the_design_are_dropped_with_drop_outpaced(tmp_path):
+    """``drop_outpaced=True``: once the study has measured `MIN_EVIDENCE` configs, a source
+    whose model's picks lose to the cold design's points is dropped (a reversed one here);
+    an honest one, whose picks lead, keeps its weight."""
+    db = open_storage(f"sqlite:///{tmp_path / 'o.db'}")
+    inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
+    honest = _source_study(db, "honest", (96, 64, 80), sign=1.0)
+    dropped = _tuned(db, "dropped", [inverted], seed=0, n_trials=12, drop_outpaced=True)
+    steered = [steered_by_sources(t) for t in dropped.trials]
+    assert steered[:MIN_EVIDENCE:2] == [True] * (MIN_EVIDENCE // 2), steered
+    assert not any(steered[MIN_EVIDENCE:]), steered  # dropped before the evidence's weights
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in dropped.trials]
+    assert kinds[MIN_EVIDENCE:] == ["startup"] * (12 - MIN_EVIDENCE), kinds
+    kept = _tuned(db, "kept", [honest], seed=0, n_trials=20, drop_outpaced=True)
+    (history,) = source_weight_rounds(kept).values()
+    assert all(weight > 0 for _, weight in history), history
+
+
 def test_auto_finds_same_target_studies_nearest_first(tmp_path):
     db = open_storage(f"sqlite:///{tmp_path / 'a.db'}")
     other_target = target_spec({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})

@@ -514,6 +514,8 @@ def test_every_transfer_mode_is_a_sampler_of_its_own():
     warm = [repr(sorted(o.items())) for m, o in options.items() if m.startswith("warm")]
     assert len(set(warm)) == len(warm)
     assert options["cold"] == options["warm"] == {"source_weighting": "evidence"}
+    assert options["cold-program"]["feature_set"] == "curve"  # XGBoost's program features
+    assert transfer.sampler_options("cold-program", "treegru")["feature_set"] == "loop-tree"
 
 
 @pytest.mark.slow

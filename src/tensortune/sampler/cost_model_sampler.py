@@ -28,7 +28,7 @@ from tensortune.sampler.nearest_studies import AUTO
 from tensortune.sampler.proposals import propose_round
 from tensortune.sampler.screening import Screen, recent_pool
 from tensortune.sampler.settings import SEARCHES, RoundSettings, evolve_sizes
-from tensortune.sampler.source_weighting import SOURCE_ROWS, SOURCE_WEIGHTINGS
+from tensortune.sampler.source_weighting import MIN_EVIDENCE, SOURCE_ROWS, SOURCE_WEIGHTINGS
 from tensortune.sampler.warm_start import WarmStart
 from tensortune.search import random_configs, space_filling, unseen_random_configs
 from tensortune.target import host_cores
@@ -216,6 +216,13 @@ class CostModelSampler(BaseSampler):
             the four conv2d shape pairs (5 seeds each, 128 trials) it tied the default, 0.97-1.10x
             pooled at 16-128 trials, and on conv2d -> depthwise it never fired; with a batch of
             8 it decides once, on 4 configs from each side (``studies/README.md``, transfer).
+        drop_outpaced: Whether a warm study drops its sources during its start-up, once it
+            has measured `tensortune.sampler.source_weighting.MIN_EVIDENCE` configs, where the
+            fastest config measured from the cold design beats the fastest the sources' model
+            chose (`tensortune.sampler.history.design_leads`): sources whose picks lose to
+            space-filling points mislead where it matters, at the top, however well they
+            order the rest (Kendall tau). The study then goes on as the cold study of its
+            seed. Default False.
         local_share: Share of a warm study's trials after the start-up that a cold twin
             proposes: a sampler of these settings without sources, so a model of the study's
             own configs alone, with the cold feature set and search. It keeps a search of
@@ -271,6 +278,7 @@ class CostModelSampler(BaseSampler):
         source_starts: int = 16,
         source_startup_share: float = 0.5,
         yield_to_design: bool = False,
+        drop_outpaced: bool = False,
         local_share: float = 0.0,
         screen_share: float = 0.25,
         feature_processes: int | None = None,
@@ -337,6 +345,7 @@ class CostModelSampler(BaseSampler):
         self.n_startup_trials = n_startup_trials
         self.source_startup_share = source_startup_share
         self.yield_to_design = yield_to_design
+        self.drop_outpaced = drop_outpaced
         self.local_share = local_share
         self.refit_growth = refit_growth
         self.screen_share = screen_share
@@ -572,6 +581,11 @@ class CostModelSampler(BaseSampler):
             self._extractor.template.knobs,
         )
         warm = rows is not None
+        if warm and self._outpaced(history, n_measured):
+            # The sources' picks lost to the cold design's: go on as the cold study would.
+            assert self._extractor is not None
+            self._reset(self._extractor.template, drop_sources=True)
+            return self._next_config(study, number, fresh)
         if not warm and (
             n_measured < self.n_startup_trials
             or n_measured < 2
@@ -612,6 +626,14 @@ class CostModelSampler(BaseSampler):
         if not _in_share(number, self.source_startup_share):
             return False
         return not (self.yield_to_design and design_leads(history, self._design()))
+
+    def _outpaced(self, history: History, n_measured: int) -> bool:
+        """Whether the sources' start-up picks lost to the design's (see `drop_outpaced`)."""
+        if not self.drop_outpaced:
+            return False
+        if not MIN_EVIDENCE <= n_measured <= self.n_startup_trials:
+            return False
+        return design_leads(history, self._design())
 
     def _local_slot(self, number: int) -> bool:
         """Whether trial `number` of a warm study past its start-up is the cold twin's."""
