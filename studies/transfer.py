@@ -35,8 +35,10 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   study's start-up design, all of it, and the sources train the model from its first round;
 - ``warm-yield``: the same with ``yield_to_design=True``: an early trial of the sources' model
   goes to the cold design instead while the design's fastest config beats the model's;
-- ``warm-outpaced``: the same with ``drop_outpaced=True``: the sources are dropped during the
-  start-up once the cold design's fastest config beats the fastest the sources' model chose;
+- ``warm-unchecked``: the same with ``drop_outpaced=False``: the sources are kept through the
+  start-up even where the cold design's fastest config beats the fastest the sources' model
+  chose (the default before 2026-12-06 22:10; the run that made it the default called the
+  default warm start ``warm`` and the new one ``warm-outpaced``);
 - ``warm-local``: the same with ``local_share=0.5``: after the start-up every other trial is
   proposed by a cold twin, a model of the study's own configs alone (knob features, the cold
   search), so that the sources' model does not steer the whole search;
@@ -170,7 +172,7 @@ OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-model": {"source_starts": 0},
     "warm-design": {"source_startup_share": 0.0},
     "warm-yield": {"yield_to_design": True},
-    "warm-outpaced": {"drop_outpaced": True},
+    "warm-unchecked": {"drop_outpaced": False},
     "warm-local": {"local_share": 0.5},
     "warm-design-local": {"source_startup_share": 0.0, "local_share": 0.5},
     "warm-knob": {"feature_set": "knob"},
@@ -183,7 +185,7 @@ MODES = (
     "warm-model",
     "warm-design",
     "warm-yield",
-    "warm-outpaced",
+    "warm-unchecked",
     "warm-local",
     "warm-design-local",
     "warm-knob",

@@ -454,7 +454,11 @@ def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
     monkeypatch.setattr(proposals, "local_tau", cross_validated)
     db = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
     inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
-    study = _tuned(db, "judged", [inverted], seed=0, n_trials=24, weighting=weighting)
+    # Kept through the start-up even where its picks lose to the design: the weighting alone
+    # is under test.
+    study = _tuned(
+        db, "judged", [inverted], seed=0, n_trials=24, weighting=weighting, drop_outpaced=False
+    )
     (history,) = source_weight_rounds(study).values()
     assert history[0][1] > 0.0, history
     assert history[-1][1] == 0.0, history
@@ -503,20 +507,25 @@ def test_a_study_that_dropped_its_sources_goes_on_as_the_cold_study_of_its_seed(
     assert kept.taken == history.taken and kept.n_finished == len(kept.configs)
 
 
-def test_sources_whose_picks_lose_to_the_design_are_dropped_with_drop_outpaced(tmp_path):
-    """``drop_outpaced=True``: once the study has measured `MIN_EVIDENCE` configs, a source
-    whose model's picks lose to the cold design's points is dropped (a reversed one here);
-    an honest one, whose picks lead, keeps its weight."""
+def test_sources_whose_picks_lose_to_the_design_are_dropped_during_the_start_up(tmp_path):
+    """``drop_outpaced`` (the default): once the study has measured `MIN_EVIDENCE` configs, a
+    source whose model's picks lose to the cold design's points is dropped, whatever its
+    weighting says (the decay alone here, which never zeroes a source); with
+    ``drop_outpaced=False`` it is kept; an honest source, whose picks lead, is kept."""
     db = open_storage(f"sqlite:///{tmp_path / 'o.db'}")
     inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
     honest = _source_study(db, "honest", (96, 64, 80), sign=1.0)
-    dropped = _tuned(db, "dropped", [inverted], seed=0, n_trials=12, drop_outpaced=True)
+    dropped = _tuned(db, "dropped", [inverted], seed=0, n_trials=12, weighting="decay")
     steered = [steered_by_sources(t) for t in dropped.trials]
     assert steered[:MIN_EVIDENCE:2] == [True] * (MIN_EVIDENCE // 2), steered
-    assert not any(steered[MIN_EVIDENCE:]), steered  # dropped before the evidence's weights
+    assert not any(steered[MIN_EVIDENCE:]), steered
     kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in dropped.trials]
     assert kinds[MIN_EVIDENCE:] == ["startup"] * (12 - MIN_EVIDENCE), kinds
-    kept = _tuned(db, "kept", [honest], seed=0, n_trials=20, drop_outpaced=True)
+    unchecked = _tuned(
+        db, "unchecked", [inverted], seed=0, n_trials=12, weighting="decay", drop_outpaced=False
+    )
+    assert any(steered_by_sources(t) for t in unchecked.trials[MIN_EVIDENCE:])
+    kept = _tuned(db, "kept", [honest], seed=0, n_trials=20, weighting="decay")
     (history,) = source_weight_rounds(kept).values()
     assert all(weight > 0 for _, weight in history), history
 
