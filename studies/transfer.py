@@ -56,6 +56,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   uses (``feature_set`` the cost model's own, with the knob-feature screen), so that a warm
   study's loss to cold can be split between its sources and its features (for the TreeGRU,
   which always takes program features, the same as ``cold``);
+- ``cold-placebo``: cold, with `PLACEBO_CONFIGS` random configs enqueued as the first trials,
+  as many as a warm study's sources choose before ``drop_outpaced`` can drop them: how much
+  a few configs of anyone's choosing move the cold study's path;
 - ``enqueue``: cold, after Optuna's simple alternative: the sources' 8 best configs enqueued
   as the first trials. Tile splits of another shape are rarely in the target's space (none of
   C12's best is in C7's), so each is moved to the target's nearest split; configs of another
@@ -110,6 +113,7 @@ import os
 import tempfile
 import time
 
+import numpy as np
 import optuna
 import transfer_report
 from common import (
@@ -193,6 +197,7 @@ MODES = (
     "warm-all-rows",
     "warm-by-weight",
     "cold-program",
+    "cold-placebo",
     "enqueue",
 )
 
@@ -237,6 +242,18 @@ def best_configs(sources: list[optuna.Study], target: str, n: int = 8) -> list[d
     return out
 
 
+#: ``cold-placebo``: random configs measured first, as many as a warm study's sources choose in
+#: its first `tensortune.sampler.source_weighting.MIN_EVIDENCE` trials (every other one).
+PLACEBO_CONFIGS = 4
+
+
+def random_configs(target: str, n: int, seed: int) -> list[dict]:
+    """`n` configs of `target`'s space drawn at random, seeded by `seed` and `n`."""
+    knobs = CpuTemplate(workload_of(target)).knobs
+    rng = np.random.default_rng([seed, n])
+    return [{k.name: k.choices[int(rng.integers(len(k.choices)))] for k in knobs} for _ in range(n)]
+
+
 def sampler_options(mode: str, cost_model: str = DEFAULT_COST_MODEL) -> dict[str, object]:
     """The `CostModelSampler` arguments, besides the sources, that set `mode` apart with
     `cost_model` (default `DEFAULT_COST_MODEL`)."""
@@ -273,10 +290,13 @@ def run_target(
         **sampler_options(mode, cost_model),
     )
     start = time.perf_counter()
-    if mode == "enqueue":  # a tensortune study with the configs queued, which `tune` resumes
+    if mode in ("enqueue", "cold-placebo"):  # a study with configs queued, which `tune` resumes
         workload, spec = workload_of(target), target_spec("llvm")
         study = create_study(open_storage(storage), name, workload, spec, None, sampler)
-        configs = best_configs(sources, target)
+        if mode == "enqueue":
+            configs = best_configs(sources, target)
+        else:
+            configs = random_configs(target, PLACEBO_CONFIGS, seed)
         for config in configs:
             study.enqueue_trial(config)
         study.set_user_attr("bench:enqueued", len(configs))
