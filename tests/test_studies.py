@@ -518,6 +518,16 @@ def test_every_transfer_mode_is_a_sampler_of_its_own():
     assert transfer.sampler_options("cold-program", "treegru")["feature_set"] == "loop-tree"
 
 
+def test_cold_placebo_configs_are_seeded_configs_of_the_targets_space():
+    transfer = studies_module("transfer")
+    configs = transfer.random_configs("matmul-1024", transfer.PLACEBO_CONFIGS, 0)
+    knobs = transfer.CpuTemplate(transfer.workload_of("matmul-1024")).knobs
+    assert len(configs) == transfer.PLACEBO_CONFIGS == 4
+    assert all(config[k.name] in k.choices for config in configs for k in knobs)
+    assert configs == transfer.random_configs("matmul-1024", 4, 0)  # seeded
+    assert configs != transfer.random_configs("matmul-1024", 4, 1)
+
+
 @pytest.mark.slow
 def test_transfer_quick(tmp_path):
     # One mode of each kind: a source weighting, a sampler option, the enqueued baseline (every
