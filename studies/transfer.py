@@ -37,8 +37,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   goes to the cold design instead while the design's fastest config beats the model's;
 - ``warm-unchecked``: the same with ``drop_outpaced=False``: the sources are kept through the
   start-up even where the cold design's fastest config beats the fastest the sources' model
-  chose (the default before 2026-12-06 22:10; the run that made it the default called the
-  default warm start ``warm`` and the new one ``warm-outpaced``);
+  chose (the default before af9e47a; the run that made it the default called the warm start
+  of then ``warm`` and the new one ``warm-outpaced``);
 - ``warm-local``: the same with ``local_share=0.5``: after the start-up every other trial is
   proposed by a cold twin, a model of the study's own configs alone (knob features, the cold
   search), so that the sources' model does not steer the whole search;

@@ -525,6 +525,15 @@ def test_sources_whose_picks_lose_to_the_design_are_dropped_during_the_start_up(
         db, "unchecked", [inverted], seed=0, n_trials=12, weighting="decay", drop_outpaced=False
     )
     assert any(steered_by_sources(t) for t in unchecked.trials[MIN_EVIDENCE:])
+    # A new process resuming the dropped study past its start-up drops the source again.
+    template = CpuTemplate(workload(64, 64, 64))
+    for _ in range(2):
+        sampler = CostModelSampler(
+            template, source_studies=[inverted], seed=0, source_weighting="decay"
+        )
+        study = optuna.load_study(study_name="dropped", storage=db, sampler=sampler)
+        study.optimize(lambda trial: _synthetic(template.suggest(trial)), n_trials=6)
+    assert len(study.trials) == 24 and not any(map(steered_by_sources, study.trials[8:]))
     kept = _tuned(db, "kept", [honest], seed=0, n_trials=20, weighting="decay")
     (history,) = source_weight_rounds(kept).values()
     assert all(weight > 0 for _, weight in history), history

@@ -223,11 +223,11 @@ class CostModelSampler(BaseSampler):
             space-filling points mislead where it matters, at the top, however well they
             order the rest (Kendall tau). The study then goes on as the cold study of its
             seed. Default True: from MobileNet's depthwise layer to matmul 1024 (5 seeds, 128
-            trials, XGBoost) it dropped the source at trial 8 on three seeds and found 1.20x
-            [1.02, 1.58] as fast kernels as without at 16 trials, 1.11x at 64 and 0.98x at
-            128 (ties); on conv2d -> depthwise and C12 -> C7 it never fired
-            (``studies/README.md``, transfer). False keeps the sources through the start-up
-            whatever their picks.
+            trials, XGBoost) it dropped the source at trial 8 on every seed and found 1.20x
+            [1.02, 1.58] and 1.14x as fast kernels as without at 16 trials in two timings,
+            1.10-1.11x at 64 and 0.97-0.98x at 128 (ties); on conv2d -> depthwise and C12 ->
+            C7 it never fired (``studies/README.md``, transfer). False keeps the sources
+            through the start-up whatever their picks.
         local_share: Share of a warm study's trials after the start-up that a cold twin
             proposes: a sampler of these settings without sources, so a model of the study's
             own configs alone, with the cold feature set and search. It keeps a search of
@@ -635,12 +635,17 @@ class CostModelSampler(BaseSampler):
         return not (self.yield_to_design and design_leads(history, self._design()))
 
     def _outpaced(self, history: History, n_measured: int) -> bool:
-        """Whether the sources' start-up picks lost to the design's (see `drop_outpaced`)."""
-        if not self.drop_outpaced:
+        """Whether the sources' start-up picks lost to the design's (see `drop_outpaced`),
+        judged on the study's first `n_startup_trials` configs: a study resumed past its
+        start-up drops them again where it did before. Sources that come back after a drop
+        (`WarmStart.use`) are left to their weighting."""
+        if not self.drop_outpaced or self.warm.drops or n_measured < MIN_EVIDENCE:
             return False
-        if not MIN_EVIDENCE <= n_measured <= self.n_startup_trials:
-            return False
-        return design_leads(history, self._design())
+        first = min(len(history.configs), self.n_startup_trials)
+        start_up = dataclasses.replace(
+            history, configs=history.configs[:first], values=history.values[:first]
+        )
+        return design_leads(start_up, self._design())
 
     def _local_slot(self, number: int) -> bool:
         """Whether trial `number` of a warm study past its start-up is the cold twin's."""
