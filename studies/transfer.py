@@ -39,6 +39,8 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   start-up even where the cold design's fastest config beats the fastest the sources' model
   chose (the default before af9e47a; the run that made it the default called the warm start
   of then ``warm`` and the new one ``warm-outpaced``);
+- ``warm-keep-picks``: the same with ``keep_start_up_picks=True``: a study that dropped its
+  sources keeps in its model the configs they chose during the start-up;
 - ``warm-local``: the same with ``local_share=0.5``: after the start-up every other trial is
   proposed by a cold twin, a model of the study's own configs alone (knob features, the cold
   search), so that the sources' model does not steer the whole search;
@@ -177,6 +179,7 @@ OPTIONS_OF_MODE: dict[str, dict[str, object]] = {
     "warm-design": {"source_startup_share": 0.0},
     "warm-yield": {"yield_to_design": True},
     "warm-unchecked": {"drop_outpaced": False},
+    "warm-keep-picks": {"keep_start_up_picks": True},
     "warm-local": {"local_share": 0.5},
     "warm-design-local": {"source_startup_share": 0.0, "local_share": 0.5},
     "warm-knob": {"feature_set": "knob"},
@@ -190,6 +193,7 @@ MODES = (
     "warm-design",
     "warm-yield",
     "warm-unchecked",
+    "warm-keep-picks",
     "warm-local",
     "warm-design-local",
     "warm-knob",
