@@ -539,6 +539,22 @@ def test_sources_whose_picks_lose_to_the_design_are_dropped_during_the_start_up(
     assert all(weight > 0 for _, weight in history), history
 
 
+def test_keep_start_up_picks_keeps_the_sources_early_configs_in_a_dropped_studys_model(tmp_path):
+    """``keep_start_up_picks=True``: a study that dropped its sources leaves out of its model
+    only the configs they steered after the start-up, so the four they chose first stay in."""
+    db = open_storage(f"sqlite:///{tmp_path / 'k.db'}")
+    inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
+    picks = _tuned(db, "picks", [inverted], seed=0, n_trials=20, keep_start_up_picks=True)
+    steered = [steered_by_sources(t) for t in picks.trials]
+    assert sum(steered) == MIN_EVIDENCE // 2 and not any(steered[MIN_EVIDENCE:]), steered
+    template = CpuTemplate(workload(64, 64, 64))
+    space = KnobSpace(template.knobs)
+    for keep, rows in ((True, 20), (False, 20 - MIN_EVIDENCE // 2)):
+        sampler = CostModelSampler(template, source_studies=[inverted], keep_start_up_picks=keep)
+        history = read_history(picks, space, leave_out=sampler._steered_after_start_up)
+        assert len(history.configs) == rows
+
+
 def test_auto_finds_same_target_studies_nearest_first(tmp_path):
     db = open_storage(f"sqlite:///{tmp_path / 'a.db'}")
     other_target = target_spec({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
