@@ -283,15 +283,31 @@ def _add_configs(study, template, n: int, sign: float, seed: int) -> list[tuple]
 
 
 def _tuned(
-    db, name: str, sources, seed: int, n_trials: int = 32, weighting: str = "evidence", **options
+    db,
+    name: str,
+    sources,
+    seed: int,
+    n_trials: int = 32,
+    weighting: str = "evidence",
+    batch: int = 1,
+    **options,
 ) -> optuna.Study:
+    """A study of matmul 64 tuned on `_synthetic`, `batch` trials at a time given their
+    configs before any is told, as `tensortune.tune` does (default 1: one by one)."""
     template = CpuTemplate(workload(64, 64, 64))
     create_study(db, name, template.workload, LLVM, None, None)
     sampler = CostModelSampler(
         template, source_studies=sources, seed=seed, source_weighting=weighting, **options
     )
     study = optuna.load_study(study_name=name, storage=db, sampler=sampler)
-    study.optimize(lambda trial: _synthetic(template.suggest(trial)), n_trials=n_trials)
+    if batch == 1:
+        study.optimize(lambda trial: _synthetic(template.suggest(trial)), n_trials=n_trials)
+        return study
+    for _ in range(n_trials // batch):
+        asked = [study.ask() for _ in range(batch)]
+        configs = [template.suggest(trial) for trial in asked]
+        for trial, config in zip(asked, configs, strict=True):
+            study.tell(trial, _synthetic(config))
     return study
 
 
@@ -505,6 +521,25 @@ def test_a_study_that_dropped_its_sources_goes_on_as_the_cold_study_of_its_seed(
     )
     assert len(history.configs) - len(kept.configs) == sum(steered) > 0
     assert kept.taken == history.taken and kept.n_finished == len(kept.configs)
+
+
+def test_a_study_that_drops_its_sources_mid_batch_finishes_the_design_then_its_model_proposes(
+    tmp_path,
+):
+    """Asked in batches of 8, as `tensortune.tune` asks, a study that dropped its sources at
+    its 8th config takes the rest of the cold design and then its model's proposals, even
+    while the design's last points are still being measured: no random config fills the
+    batch in their place, and the design it measures is the cold study's, all of it."""
+    db = open_storage(f"sqlite:///{tmp_path / 'b.db'}")
+    inverted = _source_study(db, "inverted", (96, 64, 80), sign=-1.0)
+    warm = _tuned(db, "warm", [inverted], seed=0, n_trials=32, weighting="decay", batch=8)
+    cold = _tuned(db, "cold", [], seed=0, n_trials=16, batch=8)
+    steered = [steered_by_sources(t) for t in warm.trials]
+    assert steered[:MIN_EVIDENCE:2] == [True] * (MIN_EVIDENCE // 2) and not any(steered[8:])
+    kinds = [t.system_attrs[PROPOSAL_ATTR]["source"] for t in warm.trials]
+    design = [t.params for t, s in zip(warm.trials, steered, strict=True) if not s][:16]
+    assert design == [t.params for t in cold.trials]  # the cold study's start-up, in order
+    assert kinds[:20].count("startup") == 16 and "startup" not in kinds[20:], kinds
 
 
 def test_sources_whose_picks_lose_to_the_design_are_dropped_during_the_start_up(tmp_path):

@@ -602,14 +602,7 @@ class CostModelSampler(BaseSampler):
             self._reset(self._extractor.template, drop_sources=True)
             self._round += 1
             return self._next_config(study, number, fresh)
-        if not warm and (
-            n_measured < self.n_startup_trials
-            or n_measured < 2
-            or (self.warm.dropped and self._design_point(history.taken) is not None)
-        ):
-            # A study that dropped its sources measured only part of the start-up design
-            # (the sources chose every other config): it finishes the design first, as the
-            # cold study of its seed would have, before the model proposes.
+        if not warm and (n_measured < 2 or self._in_start_up(history, n_measured)):
             return self._startup_config(history.taken), "startup", float("nan")
         if warm and n_measured < self.n_startup_trials and not self._model_slot(number, history):
             # Part of a warm start's early trials are the cold start's: configs the sources
@@ -635,6 +628,18 @@ class CostModelSampler(BaseSampler):
             indices, source, score = self._queue.popleft()
             if indices not in history.taken:
                 return indices, source, score
+
+    def _in_start_up(self, history: History, n_measured: int) -> bool:
+        """Whether a study without sources still takes its start-up design: until it has
+        measured `n_startup_trials` configs, or, once it dropped its sources, until it has
+        taken every point of the design. The sources chose part of its first configs, which
+        its model leaves out: it finishes the design first, as the cold study of its seed
+        would have, and then its model proposes, even where the last points are still being
+        measured (a batch asks before they finish; counting them as missing would fill the
+        batch with random configs and put off the first model round)."""
+        if self.warm.dropped:
+            return self._design_point(history.taken) is not None
+        return n_measured < self.n_startup_trials
 
     def _model_slot(self, number: int, history: History) -> bool:
         """Whether early trial `number` of a warm start is the source-trained model's: one of
