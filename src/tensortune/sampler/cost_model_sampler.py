@@ -225,16 +225,16 @@ class CostModelSampler(BaseSampler):
             seed. Default True: from MobileNet's depthwise layer to matmul 1024 (5 seeds, 128
             trials, XGBoost) it dropped the source at trial 8 on every seed and found 1.20x
             [1.02, 1.58] and 1.14x as fast kernels as without at 16 trials in two timings,
-            1.10-1.11x at 64 and 0.97-0.98x at 128 (ties); on conv2d -> depthwise and C12 ->
-            C7 it never fired (``studies/README.md``, transfer). False keeps the sources
-            through the start-up whatever their picks.
+            1.10-1.11x at 64 and 0.97-0.98x at 128 (ties; before 8c348b4); on conv2d ->
+            depthwise and C12 -> C7 it never fired (``studies/README.md``, transfer). False
+            keeps the sources through the start-up whatever their picks.
         keep_start_up_picks: Whether a study that dropped its sources keeps in its model the
             configs their model chose during the start-up (its first `n_startup_trials`),
             leaving out only those they steered after it. Default False: every steered config
-            is left out. On depthwise -> matmul (5 seeds, 128 trials) a cold study with four
-            random configs measured first tied cold (0.97x), the default warm start, which
-            leaves the source's four picks out, read 0.87x, and keeping them in tied that
-            (0.96x the default; ``studies/README.md``, transfer).
+            is left out. On depthwise -> matmul (5 seeds, 128 trials) keeping them in tied
+            leaving them out (0.96x the default, before 8c348b4); over ten seeds a cold study
+            with four random configs measured first read 0.87-0.89x cold, the warm start
+            0.88x before 8c348b4 and 0.94x after (``studies/README.md``, transfer).
         local_share: Share of a warm study's trials after the start-up that a cold twin
             proposes: a sampler of these settings without sources, so a model of the study's
             own configs alone, with the cold feature set and search. It keeps a search of
