@@ -181,7 +181,9 @@ class CostModelSampler(BaseSampler):
             every source weighs nothing the study drops them, first measures the rest of
             the cold study's start-up design, and from then on its model learns only from
             configs the sources did not steer (`tensortune.trial_records.steered_by_sources`),
-            so that it goes on as the cold study of its seed. Each round's weights
+            so that it goes on as the cold study of its seed (config for config where trials
+            are asked one at a time; in batches the sources' picks shift its model rounds).
+            Each round's weights
             are in the ``source_weights`` of its trials' ``tensortune:proposal`` attr.
         source_rows: Which source rows a cost model that goes on training from round to round
             (the TreeGRU) fits on, one of `tensortune.sampler.source_weighting.SOURCE_ROWS`. Default
