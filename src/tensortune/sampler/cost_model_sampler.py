@@ -664,7 +664,7 @@ class CostModelSampler(BaseSampler):
         (`WarmStart.use`) are left to their weighting."""
         if not self.drop_outpaced or self.warm.drops or n_measured < MIN_EVIDENCE:
             return False
-        first = min(len(history.configs), self.n_startup_trials)
+        first = self.n_startup_trials  # a slice stops at the end of a shorter history
         start_up = dataclasses.replace(
             history, configs=history.configs[:first], values=history.values[:first]
         )
