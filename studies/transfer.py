@@ -22,6 +22,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
   one without;
 - ``warm-capped``: the same with ``source_weighting="capped"``: the evidence's weights, scaled
   so that the sources' rows together never outweigh the target's own measured configs;
+- ``warm-beyond-chance``: the same with ``source_weighting="beyond-chance"``: the evidence's
+  weights, except that a source whose Kendall tau on the target's configs is within one
+  standard deviation of chance weighs nothing;
 - ``warm-all-rows``: the same with ``source_rows="all"``: a TreeGRU fits on every source row
   in every round, at its weight, however little that is (the warm start before 2026-12-05;
   XGBoost always does, so for it this is ``warm``);

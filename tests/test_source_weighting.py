@@ -31,6 +31,7 @@ from tensortune.sampler.source_weighting import (
     source_row_weights,
     source_weight,
     source_weights,
+    within_chance,
 )
 from tensortune.sampler.transfer import SourceRows
 from tensortune.sampler.warm_start import WarmStart
@@ -65,6 +66,14 @@ def test_source_weights_follow_the_evidence():
     assert guarded == pytest.approx([decay, decay, decay, 0.0, decay])
     assert list(reversed_beyond_chance(np.array([-0.5, -0.6]), 8)) == [False, True]
     assert list(reversed_beyond_chance(np.array([-0.3, -0.4]), 32)) == [True, True]
+    # Beyond chance: the evidence's, nothing for a tau within one standard deviation of 0
+    # (0.289 on 8 configs, 0.086 on 64), so 0.25 weighs nothing on 8 configs and half on 64.
+    beyond = source_weights(taus, MIN_EVIDENCE, 32.0, "beyond-chance")
+    assert beyond == pytest.approx([decay, 0.0, 0.0, 0.0, decay])
+    later = source_weights(taus, 64, 32.0, "beyond-chance")
+    assert later == pytest.approx(source_weights(taus, 64, 32.0))
+    assert later[1] == pytest.approx(source_weight(64, 32.0) / 2)
+    assert list(within_chance(np.array([0.28, 0.3, np.nan]), 8)) == [True, False, False]
     with pytest.raises(ValueError, match="unknown weighting 'trust'"):
         source_weights(taus, 40, 32.0, "trust")
 
@@ -447,11 +456,12 @@ def test_a_cold_twin_proposes_the_local_share_of_a_warm_study(tmp_path):
         CostModelSampler(local_share=-0.1)
 
 
-@pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded"])
+@pytest.mark.parametrize("weighting", ["relative", "outranked", "guarded", "beyond-chance"])
 def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
     tmp_path, monkeypatch, weighting
 ):
-    """``"relative"``, ``"outranked"`` and ``"guarded"`` judge their sources, unlike the decay
+    """``"relative"``, ``"outranked"``, ``"guarded"`` and ``"beyond-chance"`` judge their
+    sources, unlike the decay
     alone: a reversed source weighs nothing once the study has configs of its own to rank. The
     study then goes on cold and first measures every point of the start-up design it skipped."""
     events: list[tuple] = []  # each round's judging, and any cross-validation after it

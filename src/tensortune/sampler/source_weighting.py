@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 #: the search; ``"shared"`` lost to the evidence from three conv2d shapes to depthwise (the
 #: count of source rows was not what hurt); ``"validated"`` keeps sources only while they help
 #: the model itself; ``"capped"`` keeps a few hundred source rows at a third of a local row's
-#: weight each from outvoting 8-48 measured configs of the study's own.
+#: weight each from outvoting 8-48 measured configs of the study's own; ``"beyond-chance"``
+#: stops a source unrelated to the study (depthwise conv2d for matmul) that ranks its configs
+#: a little above 0 by luck from steering it at a small weight for a hundred trials.
 SOURCE_WEIGHTING_SUMMARIES = {
     "evidence": "the half-life's decay times how well each source ranks the study's own configs",
     "relative": "the evidence's, with the bar for full trust raised to how well the study's "
@@ -44,6 +46,8 @@ SOURCE_WEIGHTING_SUMMARIES = {
     "than one without",
     "capped": "the evidence's, scaled so that the sources' rows together weigh at most as much "
     "as the study's own",
+    "beyond-chance": "the evidence's, and nothing for a source whose ranking is within one "
+    "standard deviation of chance",
 }
 SOURCE_WEIGHTINGS = tuple(SOURCE_WEIGHTING_SUMMARIES)
 
@@ -89,6 +93,10 @@ FULL_TAU = 0.5
 #: Standard deviations below 0 at which a source's Kendall tau counts as reversed beyond
 #: chance (``"guarded"``): one-sided, about 2 % of unrelated sources would be dropped.
 REVERSED_SIGMAS = 2.0
+#: Standard deviations above 0 that a source's Kendall tau must exceed to weigh anything with
+#: ``"beyond-chance"``: one-sided, about 16 % of unrelated sources pass one round, and few
+#: pass every round.
+CHANCE_SIGMAS = 1.0
 
 
 def source_weight(n_local: int, half_life: float) -> float:
@@ -227,14 +235,27 @@ def source_row_weights(
     return out
 
 
+def chance_spread(n: int) -> float:
+    """The standard deviation of Kendall's tau between unrelated rankings of `n` items (at least
+    2): ``sqrt(2 (2n + 5) / (9 n (n - 1)))``, 0.29 at 8, 0.18 at 16, 0.12 at 32, 0.09 at 64."""
+    return math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))
+
+
 def reversed_beyond_chance(taus: np.ndarray, n: int, sigmas: float = REVERSED_SIGMAS) -> np.ndarray:
     """Per tau, whether it is more than `sigmas` (default `REVERSED_SIGMAS`) standard deviations
-    below 0, the spread of Kendall's tau between unrelated rankings of `n` items
-    (``sqrt(2 (2n + 5) / (9 n (n - 1)))``: 0.29 at 8, 0.18 at 16, 0.12 at 32); NaN is not."""
+    (`chance_spread` of `n` items) below 0; NaN is not."""
     if n < 2:
         return np.zeros(len(taus), dtype=bool)
-    spread = math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1)))
-    return np.nan_to_num(taus, nan=0.0) < -sigmas * spread
+    return np.nan_to_num(taus, nan=0.0) < -sigmas * chance_spread(n)
+
+
+def within_chance(taus: np.ndarray, n: int, sigmas: float = CHANCE_SIGMAS) -> np.ndarray:
+    """Per tau, whether it is at most `sigmas` (default `CHANCE_SIGMAS`) standard deviations
+    (`chance_spread` of `n` items) above 0, as an unrelated ranking's would be; NaN is not
+    (nothing ranked yet), nor is any tau of fewer than 2 items."""
+    if n < 2:
+        return np.zeros(len(taus), dtype=bool)
+    return np.nan_to_num(taus, nan=np.inf) <= sigmas * chance_spread(n)
 
 
 def source_weights(
@@ -264,7 +285,10 @@ def source_weights(
             by the number of source workloads. ``"decay"``: the decay alone. ``"guarded"``:
             the decay, 0 for a source `reversed_beyond_chance` on `n_local` configs. A source
             whose tau is near 0 keeps its weight: a ranking of 8-16 configs is too noisy to
-            condemn it by its sign alone.
+            condemn it by its sign alone. ``"beyond-chance"``: the evidence's weight, 0 for a
+            source `within_chance` on `n_local` configs, so that one ranking them no better
+            than an unrelated source would stops steering the study (and once all do, the
+            study drops them).
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
@@ -295,6 +319,8 @@ def source_weights(
         trust = np.minimum(trust, np.clip(versus_own, 0.0, 1.0))
     if weighting == VALIDATED and with_sources_tau < own_tau:  # False where either is NaN
         return np.zeros(len(taus))
+    if weighting == "beyond-chance":
+        trust = np.where(within_chance(taus, n_local), 0.0, trust)
     weights = decay * trust
     if weighting == "capped" and rows is not None:
         mass = float(np.dot(weights, rows))
