@@ -20,6 +20,7 @@ from tensortune.sampler import CostModelSampler, proposals
 from tensortune.sampler.history import History, KnobSpace, design_leads, read_history
 from tensortune.sampler.nearest_studies import find_sources, program_distance
 from tensortune.sampler.source_weighting import (
+    CHANCE_FROM,
     FADED_SHARE,
     FULL_TAU,
     MIN_EVIDENCE,
@@ -66,13 +67,21 @@ def test_source_weights_follow_the_evidence():
     assert guarded == pytest.approx([decay, decay, decay, 0.0, decay])
     assert list(reversed_beyond_chance(np.array([-0.5, -0.6]), 8)) == [False, True]
     assert list(reversed_beyond_chance(np.array([-0.3, -0.4]), 32)) == [True, True]
-    # Beyond chance: the evidence's, nothing for a tau within one standard deviation of 0
-    # (0.289 on 8 configs, 0.086 on 64), so 0.25 weighs nothing on 8 configs and half on 64.
-    beyond = source_weights(taus, MIN_EVIDENCE, 32.0, "beyond-chance")
+    # Beyond chance: the evidence's, and from CHANCE_FROM configs on nothing for a tau within
+    # one standard deviation of 0 (0.289 on 8 configs, 0.183 on 16, 0.086 on 64): 0.15 weighs
+    # nothing on 16 configs and 0.3 of the decay on 64; on 8 the evidence's alone.
+    taus[1] = 0.15
+    assert source_weights(taus, MIN_EVIDENCE, 32.0, "beyond-chance") == pytest.approx(
+        source_weights(taus, MIN_EVIDENCE, 32.0)
+    )
+    beyond = source_weights(taus, CHANCE_FROM, 32.0, "beyond-chance")
+    decay = source_weight(CHANCE_FROM, 32.0)
     assert beyond == pytest.approx([decay, 0.0, 0.0, 0.0, decay])
+    from_eight = source_weights(taus, MIN_EVIDENCE, 32.0, "beyond-chance", chance_from=8)
+    assert from_eight[1] == 0.0
     later = source_weights(taus, 64, 32.0, "beyond-chance")
     assert later == pytest.approx(source_weights(taus, 64, 32.0))
-    assert later[1] == pytest.approx(source_weight(64, 32.0) / 2)
+    assert later[1] == pytest.approx(source_weight(64, 32.0) * 0.3)
     assert list(within_chance(np.array([0.28, 0.3, np.nan]), 8)) == [True, False, False]
     with pytest.raises(ValueError, match="unknown weighting 'trust'"):
         source_weights(taus, 40, 32.0, "trust")

@@ -97,6 +97,11 @@ REVERSED_SIGMAS = 2.0
 #: ``"beyond-chance"``: one-sided, about 16 % of unrelated sources pass one round, and few
 #: pass every round.
 CHANCE_SIGMAS = 1.0
+#: The study's own measured configs from which ``"beyond-chance"`` cuts a source within chance:
+#: on 8 the band is ±0.29, and cutting there dropped sources of matmul + dense → batch_matmul
+#: whose picks led (trials to 90 % of the best known 94 against 44); the start-up's own check
+#: (`drop_outpaced`) judges the sources before then.
+CHANCE_FROM = 16
 
 
 def source_weight(n_local: int, half_life: float) -> float:
@@ -268,6 +273,7 @@ def source_weights(
     own_tau: float = float("nan"),
     with_sources_tau: float = float("nan"),
     rows: np.ndarray | None = None,
+    chance_from: int = CHANCE_FROM,
 ) -> np.ndarray:
     """Weight of one row of each source workload next to a local row's 1.
 
@@ -285,10 +291,10 @@ def source_weights(
             by the number of source workloads. ``"decay"``: the decay alone. ``"guarded"``:
             the decay, 0 for a source `reversed_beyond_chance` on `n_local` configs. A source
             whose tau is near 0 keeps its weight: a ranking of 8-16 configs is too noisy to
-            condemn it by its sign alone. ``"beyond-chance"``: the evidence's weight, 0 for a
-            source `within_chance` on `n_local` configs, so that one ranking them no better
-            than an unrelated source would stops steering the study (and once all do, the
-            study drops them).
+            condemn it by its sign alone. ``"beyond-chance"``: the evidence's weight, and
+            from `chance_from` local configs on 0 for a source `within_chance` on `n_local`
+            configs, so that one ranking them no better than an unrelated source would stops
+            steering the study (and once all do, the study drops them).
         min_evidence: Default `MIN_EVIDENCE`.
         full_tau: Default `FULL_TAU`.
         own_tau: How well the study's own configs rank each other (`local_tau`), read by
@@ -300,6 +306,7 @@ def source_weights(
         rows: Per source workload, its number of rows, read by ``"capped"`` only: from
             `min_evidence` local configs on, the evidence's weights are scaled so that
             ``sum(weights * rows)`` is at most `n_local`. Default None: not known, no cap.
+        chance_from: Read by ``"beyond-chance"`` only. Default `CHANCE_FROM`.
     """
     if weighting not in SOURCE_WEIGHTINGS:
         raise ValueError(f"unknown weighting {weighting!r}; choose one of {SOURCE_WEIGHTINGS}")
@@ -319,7 +326,7 @@ def source_weights(
         trust = np.minimum(trust, np.clip(versus_own, 0.0, 1.0))
     if weighting == VALIDATED and with_sources_tau < own_tau:  # False where either is NaN
         return np.zeros(len(taus))
-    if weighting == "beyond-chance":
+    if weighting == "beyond-chance" and n_local >= chance_from:
         trust = np.where(within_chance(taus, n_local), 0.0, trust)
     weights = decay * trust
     if weighting == "capped" and rows is not None:
