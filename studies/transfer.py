@@ -23,8 +23,9 @@ For each pair, the learned sampler tunes the target three ways, seed by seed, si
 - ``warm-capped``: the same with ``source_weighting="capped"``: the evidence's weights, scaled
   so that the sources' rows together never outweigh the target's own measured configs;
 - ``warm-beyond-chance``: the same with ``source_weighting="beyond-chance"``: the evidence's
-  weights, except that a source whose Kendall tau on the target's configs is within one
-  standard deviation of chance weighs nothing;
+  weights, except that from the target's 16th config on a source whose Kendall tau on its
+  configs is within one standard deviation of chance weighs nothing (from the 8th before
+  25b2784);
 - ``warm-all-rows``: the same with ``source_rows="all"``: a TreeGRU fits on every source row
   in every round, at its weight, however little that is (the warm start before 2026-12-05;
   XGBoost always does, so for it this is ``warm``);

@@ -177,9 +177,10 @@ class CostModelSampler(BaseSampler):
             configs at least as well as one without (the same 4 folds, 8 more one-member
             fits a round), none once it ranks them worse; ``"capped"``: the evidence's
             weights, scaled so that the sources' rows together weigh at most as much as the
-            study's own; ``"beyond-chance"``: the evidence's weights, and nothing for a source
-            whose tau is within one standard deviation of what an unrelated source's would be
-            (`tensortune.sampler.source_weighting.within_chance`). Once
+            study's own; ``"beyond-chance"``: the evidence's weights, and from the study's
+            `tensortune.sampler.source_weighting.CHANCE_FROM` (16) configs on nothing for a
+            source whose tau is within one standard deviation of what an unrelated source's
+            would be (`tensortune.sampler.source_weighting.within_chance`). Once
             every source weighs nothing the study drops them, first measures the rest of
             the cold study's start-up design, and from then on its model learns only from
             configs the sources did not steer (`tensortune.trial_records.steered_by_sources`),

@@ -46,8 +46,8 @@ SOURCE_WEIGHTING_SUMMARIES = {
     "than one without",
     "capped": "the evidence's, scaled so that the sources' rows together weigh at most as much "
     "as the study's own",
-    "beyond-chance": "the evidence's, and nothing for a source whose ranking is within one "
-    "standard deviation of chance",
+    "beyond-chance": "the evidence's, and from the study's 16th config on nothing for a source "
+    "whose ranking is within one standard deviation of chance",
 }
 SOURCE_WEIGHTINGS = tuple(SOURCE_WEIGHTING_SUMMARIES)
 
