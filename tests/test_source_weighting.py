@@ -472,9 +472,9 @@ def test_judged_weightings_drop_a_reversed_source_and_finish_the_design(
     tmp_path, monkeypatch, weighting
 ):
     """``"relative"``, ``"outranked"``, ``"guarded"`` and ``"beyond-chance"`` judge their
-    sources, unlike the decay
-    alone: a reversed source weighs nothing once the study has configs of its own to rank. The
-    study then goes on cold and first measures every point of the start-up design it skipped."""
+    sources, unlike the decay alone: a reversed source weighs nothing once the study has
+    configs of its own to rank. The study then goes on cold and first measures every point of
+    the start-up design it skipped."""
     events: list[tuple] = []  # each round's judging, and any cross-validation after it
     judge, cross_validate = proposals.judge_taus, proposals.local_tau
 

@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from tensortune.cost_model import CostModel
     from tensortune.sampler.transfer import SourceRows
 
+#: The study's own measured configs from which ``"beyond-chance"`` cuts a source within chance:
+#: on 8 the band is ±0.29, and cutting there dropped sources of matmul + dense → batch_matmul
+#: whose picks led (trials to 90 % of the best known 94 against 44); the start-up's own check
+#: (`drop_outpaced`) judges the sources before then.
+CHANCE_FROM = 16
+
 #: How source rows weigh next to the study's own, each with the one line the CLIs show; the
 #: first is the default. The rules themselves are `source_weights`'; why each exists:
 #: ``"relative"`` lets a source fade once the study knows more than it does; ``"outranked"``
@@ -46,8 +52,8 @@ SOURCE_WEIGHTING_SUMMARIES = {
     "than one without",
     "capped": "the evidence's, scaled so that the sources' rows together weigh at most as much "
     "as the study's own",
-    "beyond-chance": "the evidence's, and from the study's 16th config on nothing for a source "
-    "whose ranking is within one standard deviation of chance",
+    "beyond-chance": f"the evidence's, and from the study's {CHANCE_FROM}th config on nothing "
+    "for a source whose ranking is within one standard deviation of chance",
 }
 SOURCE_WEIGHTINGS = tuple(SOURCE_WEIGHTING_SUMMARIES)
 
@@ -97,11 +103,6 @@ REVERSED_SIGMAS = 2.0
 #: ``"beyond-chance"``: one-sided, about 16 % of unrelated sources pass one round, and few
 #: pass every round.
 CHANCE_SIGMAS = 1.0
-#: The study's own measured configs from which ``"beyond-chance"`` cuts a source within chance:
-#: on 8 the band is ±0.29, and cutting there dropped sources of matmul + dense → batch_matmul
-#: whose picks led (trials to 90 % of the best known 94 against 44); the start-up's own check
-#: (`drop_outpaced`) judges the sources before then.
-CHANCE_FROM = 16
 
 
 def source_weight(n_local: int, half_life: float) -> float:
