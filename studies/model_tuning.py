@@ -306,10 +306,13 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # The Winograd arm's rewrites: NHWC with --channels-last, packed with --prepack-weights.
     winograd = Rewrites(args.prepack_weights, True, channels_last=args.channels_last)
     # (--beside) other plain studies of this model, tuned by other code, say: timed beside;
-    # (--beside-winograd) studies of its Winograd arm instead.
+    # (--beside-winograd) studies of its Winograd arm instead, (--beside-unpacked) unpacked
+    # even with --prepack-weights: packing timed against none.
     # Each resumes in the cache state its studies were timed in (``--cache`` of their run).
+    beside_winograd = Rewrites(not args.beside_unpacked and args.prepack_weights, True,
+                               channels_last=args.channels_last)  # fmt: skip
     for label, url in dict(args.beside).items():
-        rewrites = winograd if args.beside_winograd else NO_REWRITES
+        rewrites = beside_winograd if args.beside_winograd else NO_REWRITES
         variants[f"tensortune-{label}"] = Arm(url, storage_settings(url), rewrites=rewrites)
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
@@ -414,6 +417,7 @@ def arm_labels() -> set[str]:
             work="",
             beside=[],
             beside_winograd=False,
+            beside_unpacked=False,
             plain=True,
             **dict(zip(ARM_FLAGS, values, strict=True)),
         )
@@ -757,6 +761,10 @@ def main() -> None:
                         help="the --beside studies are of the Winograd arm (NHWC with "
                         "--channels-last, packed with --prepack-weights), not the plain "
                         "one")  # fmt: skip
+    parser.add_argument("--beside-unpacked", action="store_true",
+                        help="with --beside-winograd and --prepack-weights: the --beside "
+                        "studies are of the Winograd arm unpacked, timed beside the packed "
+                        "one (default: packed as the run's)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip

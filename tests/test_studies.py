@@ -636,6 +636,7 @@ def test_model_tuning_times_the_arms_it_tunes_with_the_cache_state_asked():
 
     model_tuning = studies_module("model_tuning")
     flags = dict(work="w", beside=[("old", "sqlite:///old.db")], beside_winograd=True,
+                 beside_unpacked=False,
                  plain=False, cold_cache=True, prepack_weights=False, winograd=True,
                  channels_last=True, warm_start_tasks=False, share_bests=False,
                  warm_start_twins=False, cache="dirty")  # fmt: skip
@@ -681,7 +682,8 @@ def test_model_tuning_resumes_beside_studies_in_the_cache_state_they_were_timed_
     assert model_tuning.storage_settings(urls["warm"]) is None
     assert model_tuning.storage_settings(urls["none"]) is None
     assert not (tmp_path / "none.db").exists()
-    flags = dict(work="w", beside=list(urls.items()), beside_winograd=False, plain=False,
+    flags = dict(work="w", beside=list(urls.items()), beside_winograd=False,
+                 beside_unpacked=False, plain=False,
                  cold_cache=False, prepack_weights=False, winograd=False, channels_last=False,
                  warm_start_tasks=False, share_bests=False, warm_start_twins=False,
                  cache="flushed")  # fmt: skip
@@ -689,6 +691,25 @@ def test_model_tuning_resumes_beside_studies_in_the_cache_state_they_were_timed_
     assert set(found) == {"tensortune-dirty", "tensortune-warm", "tensortune-none"}
     assert found["tensortune-dirty"].settings.cache == "dirty"
     assert found["tensortune-warm"].settings is None
+
+
+def test_model_tuning_times_unpacked_winograd_studies_beside_packed_ones():
+    """--beside-unpacked with --beside-winograd and --prepack-weights: the --beside studies
+    are built as the Winograd arm unpacked, the run's own Winograd arm packed."""
+    import argparse
+
+    model_tuning = studies_module("model_tuning")
+    flags = dict(work="w", beside=[("unpacked", "sqlite:///u.db")], beside_winograd=True,
+                 beside_unpacked=True, plain=False, cold_cache=False, prepack_weights=True,
+                 winograd=True, channels_last=True, warm_start_tasks=False, share_bests=False,
+                 warm_start_twins=False, cache="warm")  # fmt: skip
+    found = model_tuning.arms("m", argparse.Namespace(**flags))
+    beside = found["tensortune-unpacked"].rewrites
+    assert beside.winograd and beside.channels_last and not beside.prepack_weights
+    own = found["tensortune-winograd-channels-last-prepacked"].rewrites
+    assert own.winograd and own.channels_last and own.prepack_weights
+    packed = model_tuning.arms("m", argparse.Namespace(**dict(flags, beside_unpacked=False)))
+    assert packed["tensortune-unpacked"].rewrites == own
 
 
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
