@@ -309,10 +309,11 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--beside-winograd) studies of its Winograd arm instead, (--beside-unpacked) unpacked
     # even with --prepack-weights: packing timed against none.
     # Each resumes in the cache state its studies were timed in (``--cache`` of their run).
-    beside_winograd = Rewrites(not args.beside_unpacked and args.prepack_weights, True,
-                               channels_last=args.channels_last)  # fmt: skip
     for label, url in dict(args.beside).items():
-        rewrites = beside_winograd if args.beside_winograd else NO_REWRITES
+        rewrites = NO_REWRITES
+        if args.beside_winograd:
+            packed = args.prepack_weights and not args.beside_unpacked
+            rewrites = Rewrites(packed, True, channels_last=args.channels_last)
         variants[f"tensortune-{label}"] = Arm(url, storage_settings(url), rewrites=rewrites)
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
