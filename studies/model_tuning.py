@@ -37,6 +37,7 @@ budget cut by the kill count from the rerun only. Writes under ``--out`` (defaul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -311,9 +312,10 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # Each resumes in the cache state its studies were timed in (``--cache`` of their run).
     for label, url in dict(args.beside).items():
         rewrites = NO_REWRITES
-        if args.beside_winograd:
-            packed = args.prepack_weights and not args.beside_unpacked
-            rewrites = Rewrites(packed, True, channels_last=args.channels_last)
+        if args.beside_winograd:  # the Winograd arm's rewrites, less the packing if asked
+            rewrites = winograd
+            if args.beside_unpacked:
+                rewrites = dataclasses.replace(winograd, prepack_weights=False)
         variants[f"tensortune-{label}"] = Arm(url, storage_settings(url), rewrites=rewrites)
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
