@@ -334,3 +334,39 @@ def test_ctrl_c_inside_an_ask_leaves_no_trial_running(tmp_path, fast_settings):
     caught = study.trials[2]
     assert caught.state == TrialState.FAIL
     assert caught.user_attrs.get("failed_stage") == "interrupted"
+
+
+def test_ctrl_c_inside_a_storage_read_still_closes_the_batch(batch_setup, monkeypatch):
+    # What test_kill_resume's CLI Ctrl-C test hit once in CI (2026-12-07): the interrupt came
+    # inside a storage call, with a SQLite statement not yet done. SQLAlchemy drops such a
+    # connection without closing its cursor; the traceback's frames kept the cursor, so SQLite
+    # kept the connection, and its lock, alive. Every tell of the batch then waited 5 s for
+    # the lock and failed, and the trials stayed RUNNING.
+    import sqlalchemy
+
+    study, objective = batch_setup
+    engine = study._storage._backend.engine
+    record = Objective._record
+    recording: list[int] = []
+    fired: list[str] = []
+
+    def record_watched(self, trial, result):
+        recording.append(trial.number)
+        return record(self, trial, result)
+
+    def ctrl_c_with_a_row_pending(conn, cursor, statement, *args):
+        # The trial's own row read by the first user attr's write: the statement has
+        # stepped to its row and is not reset.
+        if recording and not fired and statement.startswith("SELECT trials."):
+            fired.append(statement)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Objective, "_record", record_watched)
+    sqlalchemy.event.listen(engine, "after_cursor_execute", ctrl_c_with_a_row_pending)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_batches(study, objective, 2, 2, False)
+    finally:
+        sqlalchemy.event.remove(engine, "after_cursor_execute", ctrl_c_with_a_row_pending)
+    assert fired
+    assert _states(study) == [(TrialState.FAIL, "interrupted")] * 2

@@ -209,7 +209,7 @@ def test_ctrl_c_closes_the_batch_and_frees_its_configs(tmp_path):
     assert "interrupted; completed trials are saved" in err
     assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
     study = optuna.load_study(study_name="i", storage=url)
-    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    assert not [t.number for t in study.trials if t.state == TrialState.RUNNING], err[-2000:]
     # The trials the Ctrl-C caught unmeasured are failed as interrupted (none when it came
     # after the batch was measured: then the batch is told its values).
     stopped = [t for t in study.trials if t.user_attrs.get("failed_stage") == "interrupted"]

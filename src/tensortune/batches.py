@@ -9,10 +9,12 @@ a Ctrl-C is held back where it would leave a trial RUNNING with no one to tell i
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import signal
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -91,11 +93,12 @@ def run_batches(
                 with _interrupts_deferred():  # a Ctrl-C now waits until the batch is told
                     _tell_batch(study, trials, values)
                     told = True
-            except BaseException:
+            except BaseException as err:
                 # Interrupted (or failed) mid-batch: what was measured is told, the rest is
                 # closed so that none stays RUNNING; a second Ctrl-C waits until then.
                 if not told:
                     with _interrupts_deferred(), contextlib.suppress(Exception):
+                        _release_storage_calls(err)
                         _close_batch(study, trials, values)
                 raise
             heartbeats.clear()
@@ -110,6 +113,18 @@ def run_batches(
     finally:
         heartbeats.close()
         bar.close()
+
+
+def _release_storage_calls(err: BaseException) -> None:
+    """Let go of what a storage call that `err` cut short still holds.
+
+    A Ctrl-C inside a SQLite statement makes SQLAlchemy drop the connection without closing
+    its cursor; while the traceback's frames keep that cursor, SQLite keeps the connection
+    open, and with it the database lock, so every tell after it waits 5 s and fails. Clearing
+    the frames' locals (not the lines a traceback prints) and collecting their cycles closes
+    it."""
+    traceback.clear_frames(err.__traceback__)
+    gc.collect()
 
 
 def _tell_batch(
