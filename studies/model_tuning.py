@@ -301,7 +301,9 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--share-bests) tasks of one design space handed each other's best configs, and
     # (--warm-start-twins) each task warm-started from those tasks' trials (both with
     # --channels-last, in NHWC).
-    # (--no-plain) without the NCHW arm, for a run that asks about the other arms alone.
+    # (--no-plain) without the NCHW arm, for a run that asks about the other arms alone;
+    # (--only-winograd) without the direct arms beside the Winograd one, likewise.
+    direct = not getattr(args, "only_winograd", False)
     storage = f"sqlite:///{os.path.join(args.work, f'{name}.db')}"
     variants = {"tensortune": Arm(storage)} if args.plain else {}
     # The Winograd arm's rewrites: NHWC with --channels-last, packed with --prepack-weights.
@@ -320,14 +322,14 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     if args.cold_cache:
         cold = f"sqlite:///{os.path.join(args.work, f'{name}-cold.db')}"
         variants["tensortune-cold"] = Arm(cold, MeasureSettings(cache="flushed"))
-    if args.prepack_weights:
+    if args.prepack_weights and direct:
         packed = f"sqlite:///{os.path.join(args.work, f'{name}-prepacked.db')}"
         variants["tensortune-prepacked"] = Arm(packed, rewrites=Rewrites(prepack_weights=True))
     # (--winograd with --channels-last) the Winograd arm is NHWC, beside the direct NHWC arm.
     chosen = []
     if args.winograd:
         chosen.append(winograd)
-    if args.channels_last:
+    if args.channels_last and direct:
         chosen.append(Rewrites(args.prepack_weights, channels_last=True))
     for rewrites in chosen:
         layout = [n.replace("_", "-") for n in rewrites.names() if n != "prepack_weights"]
@@ -433,7 +435,8 @@ def profiled_arm(variants: dict[str, Arm]) -> str:
     """The arm of ours whose tasks and run `task_rows` and `profile_models` take apart: the
     direct channels-last one where the run has it (tune-model's default layout; packed with
     ``--prepack-weights``), else the packed one where the run has it (the BERT layer's
-    fastest), else the plain one; each timed with ``--cache``'s state where the run asks."""
+    fastest), else the plain one, else (``--only-winograd``) the Winograd one; each timed
+    with ``--cache``'s state where the run asks."""
     nhwc = [
         s for s, arm in variants.items() if arm.rewrites.channels_last and not arm.rewrites.winograd
     ]
@@ -444,7 +447,8 @@ def profiled_arm(variants: dict[str, Arm]) -> str:
             system = wanted if cache == CACHE_STATES[0] else f"{wanted}-{cache}"
             if system in variants:
                 return system
-    return "tensortune"
+    winograd = [s for s, arm in variants.items() if s.startswith("tensortune-winograd")]
+    return winograd[0] if winograd else "tensortune"
 
 
 def metaschedule_dir(work: str, name: str, system: str) -> str:
@@ -701,6 +705,7 @@ def run_key(args: argparse.Namespace) -> str:
     key += f"-cache-{args.cache}" if args.cache != CACHE_STATES[0] else ""
     key += "".join(f"-{label}" for label, _ in args.beside)
     key += "" if args.plain else "-no-plain"
+    key += "-only-winograd" if args.only_winograd else ""
     if not args.metaschedule:
         return key + "-no-metaschedule"
     return key + "".join(f"-ms-{system}" for system in sorted(args.metaschedule_arms or []))
@@ -768,6 +773,10 @@ def main() -> None:
                         help="with --beside-winograd and --prepack-weights: the --beside "
                         "studies are of the Winograd arm unpacked, timed beside the packed "
                         "one (default: packed as the run's)")  # fmt: skip
+    parser.add_argument("--only-winograd", action="store_true",
+                        help="with --winograd: leave out the direct arms that --prepack-weights "
+                        "(NCHW, packed) and --channels-last (NHWC) add beside the Winograd arm, "
+                        "for a run that asks about the Winograd arm alone (default: kept)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip
@@ -826,6 +835,8 @@ def main() -> None:
         # one, else the plain.
         parser.error("--no-plain needs --channels-last or --prepack-weights: the run takes "
                      "that arm apart instead")  # fmt: skip
+    if args.only_winograd and not args.winograd:
+        parser.error("--only-winograd needs --winograd: the run would have no arm of ours left")
     possible = metaschedule_arms(arms("model", args))
     if args.metaschedule_arms and not set(args.metaschedule_arms) <= set(possible):
         parser.error(f"--metaschedule-arms takes arms of this run: {' '.join(possible)}")

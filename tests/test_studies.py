@@ -712,6 +712,23 @@ def test_model_tuning_times_unpacked_winograd_studies_beside_packed_ones():
     assert packed["tensortune-unpacked"].rewrites == own
 
 
+def test_model_tuning_with_only_winograd_tunes_no_direct_arm_beside_it():
+    """--only-winograd: the Winograd arm and the --beside studies, not the NCHW packed and the
+    direct NHWC arms that --prepack-weights and --channels-last add; that arm is taken apart."""
+    import argparse
+
+    model_tuning = studies_module("model_tuning")
+    flags = dict(work="w", beside=[("unpacked", "sqlite:///u.db")], beside_winograd=True,
+                 beside_unpacked=True, plain=False, cold_cache=False, prepack_weights=True,
+                 winograd=True, channels_last=True, warm_start_tasks=False, share_bests=False,
+                 warm_start_twins=False, cache="warm")  # fmt: skip
+    every = model_tuning.arms("m", argparse.Namespace(**flags))
+    assert {"tensortune-prepacked", "tensortune-channels-last-prepacked"} <= set(every)
+    only = model_tuning.arms("m", argparse.Namespace(only_winograd=True, **flags))
+    assert set(only) == {"tensortune-unpacked", "tensortune-winograd-channels-last-prepacked"}
+    assert model_tuning.profiled_arm(only) == "tensortune-winograd-channels-last-prepacked"
+
+
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     """The per-task rows and the profile follow tune-model's default layout: the channels-last
     arm where the run tunes one, else the packed arm where it tunes one, the plain arm
