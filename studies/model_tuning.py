@@ -774,9 +774,10 @@ def main() -> None:
                         "studies are of the Winograd arm unpacked, timed beside the packed "
                         "one (default: packed as the run's)")  # fmt: skip
     parser.add_argument("--only-winograd", action="store_true",
-                        help="with --winograd: leave out the direct arms that --prepack-weights "
-                        "(NCHW, packed) and --channels-last (NHWC) add beside the Winograd arm, "
-                        "for a run that asks about the Winograd arm alone (default: kept)")  # fmt: skip
+                        help="with --winograd: leave out the direct arms that "
+                        "--prepack-weights (NCHW, packed) and --channels-last (NHWC) add "
+                        "beside the Winograd arm, for a run that asks about the Winograd arm "
+                        "alone (default: kept)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip
