@@ -583,7 +583,7 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     tuning = tune_model(
         program, budgets[-1], target, storage=arm.storage, seed=args.seed,
         settings=arm.settings, prepack_weights=arm.rewrites.prepack_weights,
-        channels_last=arm.rewrites.channels_last,
+        winograd=arm.rewrites.winograd, channels_last=arm.rewrites.channels_last,
     )  # fmt: skip
     database = tempfile.mkdtemp(prefix=f"{name}-profile-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
