@@ -359,6 +359,13 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
                 share_bests=suffix == "shared",
                 warm_sources="twins" if suffix == "twins" else None,
             )
+    # (--shipped) the arm as tune-model ships for a CPU (since 2026-12-04), whatever the flags
+    # above say: NHWC, unpacked, direct, each task warm-started from the model's tasks of its kind.
+    if getattr(args, "shipped", False):
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-shipped.db')}"
+        variants["tensortune-shipped"] = Arm(
+            url, rewrites=Rewrites(channels_last=True), warm_start=True
+        )
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(
@@ -410,6 +417,7 @@ ARM_FLAGS = (
     "warm_start_tasks",
     "share_bests",
     "warm_start_twins",
+    "shipped",
 )
 
 
@@ -706,6 +714,7 @@ def run_key(args: argparse.Namespace) -> str:
     key += "".join(f"-{label}" for label, _ in args.beside)
     key += "" if args.plain else "-no-plain"
     key += "-only-winograd" if args.only_winograd else ""
+    key += "-shipped" if args.shipped else ""
     if not args.metaschedule:
         return key + "-no-metaschedule"
     return key + "".join(f"-ms-{system}" for system in sorted(args.metaschedule_arms or []))
@@ -778,6 +787,11 @@ def main() -> None:
                         "--prepack-weights (NCHW, packed) and --channels-last (NHWC) add "
                         "beside the Winograd arm, for a run that asks about the Winograd arm "
                         "alone (default: kept)")  # fmt: skip
+    parser.add_argument("--shipped", action="store_true",
+                        help="also ours as tune-model ships it for a CPU (NHWC, unpacked, "
+                        "direct, tasks warm-started), whatever --prepack-weights, --winograd "
+                        "and --channels-last say: the default beside the opt-in arms "
+                        "(default: off)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "
                         "own; --quick: 16)")  # fmt: skip

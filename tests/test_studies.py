@@ -729,6 +729,25 @@ def test_model_tuning_with_only_winograd_tunes_no_direct_arm_beside_it():
     assert model_tuning.profiled_arm(only) == "tensortune-winograd-channels-last-prepacked"
 
 
+def test_model_tuning_times_the_shipped_arm_beside_the_opt_in_ones():
+    """--shipped: the arm as tune-model ships it (NHWC, unpacked, direct, warm-started tasks)
+    whatever the other flags say; with --only-winograd it is the arm taken apart."""
+    import argparse
+
+    model_tuning = studies_module("model_tuning")
+    flags = dict(work="w", beside=[], beside_winograd=False, beside_unpacked=False, plain=False,
+                 cold_cache=False, prepack_weights=True, winograd=True, channels_last=True,
+                 warm_start_tasks=False, share_bests=False, warm_start_twins=False,
+                 only_winograd=True, cache="warm")  # fmt: skip
+    found = model_tuning.arms("m", argparse.Namespace(shipped=True, **flags))
+    assert set(found) == {"tensortune-shipped", "tensortune-winograd-channels-last-prepacked"}
+    shipped = found["tensortune-shipped"]
+    assert shipped.warm_start and shipped.rewrites.channels_last
+    assert not (shipped.rewrites.prepack_weights or shipped.rewrites.winograd)
+    assert model_tuning.profiled_arm(found) == "tensortune-shipped"
+    assert "shipped" in model_tuning.arm_labels()  # no --beside label may take it
+
+
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
     """The per-task rows and the profile follow tune-model's default layout: the channels-last
     arm where the run tunes one, else the packed arm where it tunes one, the plain arm
