@@ -713,8 +713,8 @@ def run_key(args: argparse.Namespace) -> str:
     key += f"-cache-{args.cache}" if args.cache != CACHE_STATES[0] else ""
     key += "".join(f"-{label}" for label, _ in args.beside)
     key += "" if args.plain else "-no-plain"
-    key += "-only-winograd" if args.only_winograd else ""
-    key += "-shipped" if args.shipped else ""
+    key += "-only-winograd" if getattr(args, "only_winograd", False) else ""
+    key += "-shipped" if getattr(args, "shipped", False) else ""
     if not args.metaschedule:
         return key + "-no-metaschedule"
     return key + "".join(f"-ms-{system}" for system in sorted(args.metaschedule_arms or []))
