@@ -693,16 +693,22 @@ def test_model_tuning_resumes_beside_studies_in_the_cache_state_they_were_timed_
     assert found["tensortune-warm"].settings is None
 
 
+#: `model_tuning.py` flags of a packed NHWC Winograd run alone, its unpacked studies beside.
+WINOGRAD_PACKED_BESIDE_UNPACKED = dict(
+    work="w", beside=[("unpacked", "sqlite:///u.db")], beside_winograd=True,
+    beside_unpacked=True, plain=False, cold_cache=False, prepack_weights=True, winograd=True,
+    channels_last=True, warm_start_tasks=False, share_bests=False, warm_start_twins=False,
+    cache="warm",
+)  # fmt: skip
+
+
 def test_model_tuning_times_unpacked_winograd_studies_beside_packed_ones():
     """--beside-unpacked with --beside-winograd and --prepack-weights: the --beside studies
     are built as the Winograd arm unpacked, the run's own Winograd arm packed."""
     import argparse
 
     model_tuning = studies_module("model_tuning")
-    flags = dict(work="w", beside=[("unpacked", "sqlite:///u.db")], beside_winograd=True,
-                 beside_unpacked=True, plain=False, cold_cache=False, prepack_weights=True,
-                 winograd=True, channels_last=True, warm_start_tasks=False, share_bests=False,
-                 warm_start_twins=False, cache="warm")  # fmt: skip
+    flags = dict(WINOGRAD_PACKED_BESIDE_UNPACKED)
     found = model_tuning.arms("m", argparse.Namespace(**flags))
     beside = found["tensortune-unpacked"].rewrites
     assert beside.winograd and beside.channels_last and not beside.prepack_weights
@@ -718,10 +724,7 @@ def test_model_tuning_with_only_winograd_tunes_no_direct_arm_beside_it():
     import argparse
 
     model_tuning = studies_module("model_tuning")
-    flags = dict(work="w", beside=[("unpacked", "sqlite:///u.db")], beside_winograd=True,
-                 beside_unpacked=True, plain=False, cold_cache=False, prepack_weights=True,
-                 winograd=True, channels_last=True, warm_start_tasks=False, share_bests=False,
-                 warm_start_twins=False, cache="warm")  # fmt: skip
+    flags = dict(WINOGRAD_PACKED_BESIDE_UNPACKED)
     every = model_tuning.arms("m", argparse.Namespace(**flags))
     assert {"tensortune-prepacked", "tensortune-channels-last-prepacked"} <= set(every)
     only = model_tuning.arms("m", argparse.Namespace(only_winograd=True, **flags))
@@ -735,10 +738,7 @@ def test_model_tuning_times_the_shipped_arm_beside_the_opt_in_ones():
     import argparse
 
     model_tuning = studies_module("model_tuning")
-    flags = dict(work="w", beside=[], beside_winograd=False, beside_unpacked=False, plain=False,
-                 cold_cache=False, prepack_weights=True, winograd=True, channels_last=True,
-                 warm_start_tasks=False, share_bests=False, warm_start_twins=False,
-                 only_winograd=True, cache="warm")  # fmt: skip
+    flags = dict(WINOGRAD_PACKED_BESIDE_UNPACKED, beside=[], only_winograd=True)
     found = model_tuning.arms("m", argparse.Namespace(shipped=True, **flags))
     assert set(found) == {"tensortune-shipped", "tensortune-winograd-channels-last-prepacked"}
     shipped = found["tensortune-shipped"]
