@@ -455,7 +455,7 @@ def profiled_arm(variants: dict[str, Arm]) -> str:
             system = wanted if cache == CACHE_STATES[0] else f"{wanted}-{cache}"
             if system in variants:
                 return system
-    winograd = [s for s, arm in variants.items() if s.startswith("tensortune-winograd")]
+    winograd = [s for s in variants if s.startswith("tensortune-winograd")]
     return winograd[0] if winograd else "tensortune"
 
 
@@ -503,9 +503,8 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             start = time.perf_counter()
             tuned_model = tune_model(
                 program, budget, target, storage=url, seed=args.seed, settings=settings,
-                prepack_weights=rewrites.prepack_weights, winograd=rewrites.winograd,
-                channels_last=rewrites.channels_last, warm_start=warm, share_bests=shared,
-                warm_sources=warm_sources,
+                warm_start=warm, share_bests=shared, warm_sources=warm_sources,
+                **dataclasses.asdict(rewrites),
             )  # fmt: skip
             if system == profiled:  # the per-task rows and the profile are of this one
                 tuning = tuned_model
@@ -590,8 +589,7 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     # The studies already hold the largest budget: this tunes nothing.
     tuning = tune_model(
         program, budgets[-1], target, storage=arm.storage, seed=args.seed,
-        settings=arm.settings, prepack_weights=arm.rewrites.prepack_weights,
-        winograd=arm.rewrites.winograd, channels_last=arm.rewrites.channels_last,
+        settings=arm.settings, **dataclasses.asdict(arm.rewrites),
     )  # fmt: skip
     database = tempfile.mkdtemp(prefix=f"{name}-profile-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
