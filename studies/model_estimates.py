@@ -30,9 +30,11 @@ def estimate_curve(model: str, storage: str) -> list[tuple[float, float]]:
     seconds since the first trial began, and the model's estimate (ms) after it (inf until
     every tuned task has a kernel)."""
     net, example = model_zoo.model(model)
-    # The plain arm of model_tuning.py: NCHW, as it tunes it.
+    # The plain arm of model_tuning.py: NCHW, direct and unpacked, as it tunes it.
     program = from_torch(net, example, name=model)
-    tuning = model_tuning(program, "llvm", storage, channels_last=False)
+    tuning = model_tuning(
+        program, "llvm", storage, prepack_weights=False, winograd=False, channels_last=False
+    )
     ended = []
     for index, study in enumerate(tuning.studies):
         if study is None:

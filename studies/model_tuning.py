@@ -59,7 +59,7 @@ from tensortune.measure.settings import CACHE_STATES, COLD_REPEAT, cache_setting
 from tensortune.model import build, check_outputs, from_torch, run, tune_model
 from tensortune.model.database import write_database
 from tensortune.model.finalists import pick_finalists
-from tensortune.model.tasks import NO_REWRITES, Rewrites, task_passes
+from tensortune.model.tasks import CPU_REWRITES, NO_REWRITES, Rewrites, task_passes
 from tensortune.model.tuning import ModelTuning, task_state
 from tensortune.target import make_target, target_spec
 from tensortune.trial_records import timed_cache
@@ -359,13 +359,13 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
                 share_bests=suffix == "shared",
                 warm_sources="twins" if suffix == "twins" else None,
             )
-    # (--shipped) the arm as tune-model ships for a CPU (since 2026-12-04), whatever the flags
-    # above say: NHWC, unpacked, direct, each task warm-started from the model's tasks of its kind.
+    # (--shipped) the arm as tune-model ships for a CPU, whatever the flags above say: each
+    # task warm-started from the model's tasks of its kind, with every rewrite (packed, NHWC
+    # Winograd; since 2026-12-07), in studies of their own. Before, the shipped rewrites were
+    # NHWC alone (direct convolutions, unpacked), in `<model>-shipped.db`.
     if getattr(args, "shipped", False):
-        url = f"sqlite:///{os.path.join(args.work, f'{name}-shipped.db')}"
-        variants["tensortune-shipped"] = Arm(
-            url, rewrites=Rewrites(channels_last=True), warm_start=True
-        )
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-shipped-winograd.db')}"
+        variants["tensortune-shipped"] = Arm(url, rewrites=CPU_REWRITES, warm_start=True)
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(
@@ -441,10 +441,12 @@ def arm_labels() -> set[str]:
 
 def profiled_arm(variants: dict[str, Arm]) -> str:
     """The arm of ours whose tasks and run `task_rows` and `profile_models` take apart: the
-    direct channels-last one where the run has it (tune-model's default layout; packed with
-    ``--prepack-weights``), else the packed one where the run has it (the BERT layer's
-    fastest), else the plain one, else (``--only-winograd``) the Winograd one; each timed
-    with ``--cache``'s state where the run asks."""
+    shipped one where the run has it (``--shipped``), else the direct channels-last one
+    (packed with ``--prepack-weights``), else the packed one (the BERT layer's fastest
+    before Winograd became the default), else the plain one, else (``--only-winograd``) the
+    Winograd one; each timed with ``--cache``'s state where the run asks."""
+    if "tensortune-shipped" in variants:
+        return "tensortune-shipped"
     nhwc = [
         s for s, arm in variants.items() if arm.rewrites.channels_last and not arm.rewrites.winograd
     ]
@@ -712,7 +714,8 @@ def run_key(args: argparse.Namespace) -> str:
     key += "".join(f"-{label}" for label, _ in args.beside)
     key += "" if args.plain else "-no-plain"
     key += "-only-winograd" if getattr(args, "only_winograd", False) else ""
-    key += "-shipped" if getattr(args, "shipped", False) else ""
+    # The shipped arm became packed NHWC Winograd on 2026-12-07: a key of its own since.
+    key += "-shipped-winograd" if getattr(args, "shipped", False) else ""
     if not args.metaschedule:
         return key + "-no-metaschedule"
     return key + "".join(f"-ms-{system}" for system in sorted(args.metaschedule_arms or []))
@@ -786,9 +789,9 @@ def main() -> None:
                         "beside the Winograd arm, for a run that asks about the Winograd arm "
                         "alone (default: kept)")  # fmt: skip
     parser.add_argument("--shipped", action="store_true",
-                        help="also ours as tune-model ships it for a CPU (NHWC, unpacked, "
-                        "direct, tasks warm-started), whatever --prepack-weights, --winograd "
-                        "and --channels-last say: the default beside the opt-in arms "
+                        help="also ours as tune-model ships it for a CPU (packed NHWC "
+                        "Winograd, tasks warm-started), whatever --prepack-weights, --winograd "
+                        "and --channels-last say: the default beside the other arms "
                         "(default: off)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
                         help="MetaSchedule's evolutionary search population (default 512, its "

@@ -14,7 +14,12 @@ from tensortune.cli import main  # noqa: E402
 from tensortune.model import from_torch, tune_model  # noqa: E402
 from tensortune.model.build import build, check_outputs, run  # noqa: E402
 from tensortune.model.database import write_database  # noqa: E402
-from tensortune.model.tasks import Rewrites, extract_tasks, model_rewrites  # noqa: E402
+from tensortune.model.tasks import (  # noqa: E402
+    CPU_REWRITES,
+    Rewrites,
+    extract_tasks,
+    model_rewrites,
+)
 from tensortune.target import make_target, target_spec  # noqa: E402
 
 LLVM = target_spec("llvm")
@@ -58,13 +63,13 @@ def test_every_convolution_reads_channels_last_data(convolutions):
     assert not {t.key for t in convs} & {t.key for t in direct}
 
 
-def test_channels_last_is_the_default_on_cpus_only_and_not_by_default_with_winograd():
-    assert model_rewrites("llvm") == Rewrites(channels_last=True)
-    assert model_rewrites("llvm", prepack_weights=True) == Rewrites(True, channels_last=True)
-    assert model_rewrites("llvm", channels_last=False) == Rewrites()
-    assert model_rewrites("llvm", winograd=True) == Rewrites(winograd=True)
-    both = Rewrites(winograd=True, channels_last=True)
-    assert model_rewrites("llvm", winograd=True, channels_last=True) == both
+def test_every_rewrite_is_the_default_on_cpus_only_and_each_can_be_turned_off():
+    every = Rewrites(prepack_weights=True, winograd=True, channels_last=True)
+    assert model_rewrites("llvm") == every == CPU_REWRITES
+    assert model_rewrites("llvm", prepack_weights=False) == Rewrites(False, True, True)
+    assert model_rewrites("llvm", winograd=False) == Rewrites(True, False, True)
+    assert model_rewrites("llvm", channels_last=False) == Rewrites(True, True, False)
+    assert model_rewrites("llvm", False, False, False) == Rewrites()
     assert model_rewrites("cuda") == Rewrites()
     with pytest.raises(TensortuneError, match="channels-last convolution is for CPU"):
         model_rewrites("cuda", channels_last=True)
@@ -81,6 +86,7 @@ def test_a_model_tuned_channels_last_builds_and_matches_pytorch(
     tuning = tune_model(
         program, 16, storage=f"sqlite:///{tmp_path / 'model.db'}", batch_size=4,
         progress=lambda line: None, channels_last=channels_last, prepack_weights=prepack_weights,
+        winograd=False,
     )  # fmt: skip
     assert tuning.rewrites == Rewrites(prepack_weights, channels_last=True)
     database = tmp_path / "database"

@@ -4,6 +4,7 @@ built model checked against ONNX Runtime and PyTorch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -28,9 +29,13 @@ from tensortune.model import (  # noqa: E402
     tune_model,
     write_database,
 )
-from tensortune.model.tasks import extract_tasks  # noqa: E402
+from tensortune.model.tasks import NO_REWRITES, extract_tasks  # noqa: E402
 from tensortune.target import make_target, target_spec  # noqa: E402
 from tensortune.trial_records import PROPOSAL_ATTR  # noqa: E402
+
+#: `tune_model`'s arguments for a model's functions as TVM fuses them (no rewrite; on a CPU
+#: each is on by default).
+AS_FUSED = dataclasses.asdict(NO_REWRITES)
 
 
 class SmallNet(torch.nn.Module):
@@ -123,10 +128,8 @@ def test_a_tuned_model_is_built_with_its_kernels_and_computes_what_onnxruntime_d
         workers.append(len(_worker_processes()) - before)
 
     before = len(_worker_processes())
-    # NCHW, so that the tasks are the model's own (tests/test_channels_last.py: the default).
-    tuning = tune_model(
-        program, 12, storage=storage, batch_size=4, progress=progress, channels_last=False
-    )
+    # No rewrite, so that the tasks are the model's own (on a CPU each is on by default).
+    tuning = tune_model(program, 12, storage=storage, batch_size=4, progress=progress, **AS_FUSED)
     tuned = [s for s in tuning.studies if s is not None]
     assert len(tuned) == 2  # the conv and the matmul; the reshape has nothing to search
     # The tasks share one set of build and timing workers (a set each held 2 x 3 here).
@@ -147,12 +150,10 @@ def test_a_tuned_model_is_built_with_its_kernels_and_computes_what_onnxruntime_d
     # The same call again measures nothing; a larger budget adds only the difference, and no
     # task study measures a config twice.
     again = tune_model(
-        program, 12, storage=storage, batch_size=4, progress=lines.append, channels_last=False
+        program, 12, storage=storage, batch_size=4, progress=lines.append, **AS_FUSED
     )
     assert [len(s.get_trials(deepcopy=False)) for s in again.studies if s] == finished
-    more = tune_model(
-        program, 20, storage=storage, batch_size=4, progress=lines.append, channels_last=False
-    )
+    more = tune_model(program, 20, storage=storage, batch_size=4, progress=lines.append, **AS_FUSED)
     studies = [s for s in more.studies if s is not None]
     assert sum(len(s.get_trials(deepcopy=False)) for s in studies) == 20
     for study in studies:
@@ -192,10 +193,10 @@ def test_warm_started_tasks_learn_from_their_kind_and_the_model_still_matches(
         return sampler
 
     monkeypatch.setattr(tensortune.tuning, "make_sampler", counted)
-    # NCHW: two convolution tasks and nothing else (channels-last adds two transposes).
+    # No rewrite: two convolution tasks and nothing else (channels-last adds two transposes).
     tuning = tune_model(
         program, 16, storage=storage, batch_size=4, progress=lambda line: None, warm_start=True,
-        source_weighting="outranked", channels_last=False,
+        source_weighting="outranked", **AS_FUSED,
     )  # fmt: skip
     studies = [s for s in tuning.studies if s is not None]
     assert len(studies) == 2 and all(t.kind == "conv2d" for t in tuning.tasks)

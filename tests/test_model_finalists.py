@@ -21,7 +21,7 @@ from tensortune.model import build, check_outputs, from_torch, run, write_databa
 from tensortune.model.database import RECORDS_FILE  # noqa: E402
 from tensortune.model.finalists import pick_finalists  # noqa: E402
 from tensortune.model.tuning import model_tuning  # noqa: E402
-from tests.test_model import SmallNet  # noqa: E402  (a conv and a linear layer: two tasks)
+from tests.test_model import AS_FUSED, SmallNet  # noqa: E402  (a conv and a linear layer)
 
 
 def _seeded_tuning(tmp_path, per_task: int = 3):  # type: ignore[no-untyped-def]
@@ -30,7 +30,7 @@ def _seeded_tuning(tmp_path, per_task: int = 3):  # type: ignore[no-untyped-def]
     torch.manual_seed(0)
     program = from_torch(SmallNet().eval(), [torch.randn(1, 3, 8, 8)], name="small")
     storage = f"sqlite:///{tmp_path / 'model.db'}"
-    tuning = model_tuning(program, "llvm", storage, create=True, channels_last=False)
+    tuning = model_tuning(program, "llvm", storage, create=True, **AS_FUSED)
     for index, template in enumerate(tuning.templates):
         if not template.knobs:
             continue

@@ -12,6 +12,9 @@ from tensortune.sampler.source_weighting import MIN_EVIDENCE
 from tensortune.templates.knobs import ChoiceKnob
 from tensortune.trial_records import PROPOSAL_ATTR
 
+#: tune-model's flags for a model's functions as TVM fuses them (`AS_FUSED` of the CLI).
+AS_FUSED_FLAGS = ("--no-channels-last", "--no-winograd", "--no-prepack-weights")
+
 
 def test_twins_are_tasks_with_equal_knobs_in_order():
     a = [ChoiceKnob("tile", (1, 2, 4)), ChoiceKnob("unroll", (0, 16))]
@@ -51,6 +54,7 @@ def test_twin_tasks_run_each_others_best_and_the_model_still_matches(tmp_path):
     from tensortune.cli import main
     from tensortune.model import load_onnx, parse_input
     from tensortune.model.tuning import model_tuning
+    from tests.test_model import AS_FUSED
 
     class TwinConvs(torch.nn.Module):
         """Two 3x3 convolutions of one shape: the second adds the input back (a shortcut)."""
@@ -70,14 +74,14 @@ def test_twin_tasks_run_each_others_best_and_the_model_still_matches(tmp_path):
         dynamo=False,
     )  # fmt: skip
     storage = f"sqlite:///{tmp_path / 'model.db'}"
-    # NCHW: the two convolutions are the only tasks. The export checks the built model's
-    # outputs against ONNX Runtime's.
+    # Without rewrites (NCHW, direct, unpacked): the two convolutions are the only tasks. The
+    # export checks the built model's outputs against ONNX Runtime's.
     code = main(["tune-model", onnx_file, "--input", "x:1x8x8x8", "--trials", "24",
-                 "--sampler", "random", "--storage", storage, "--no-channels-last",
-                 "--share-bests", "-o", str(tmp_path / "out")])  # fmt: skip
+                 "--sampler", "random", "--storage", storage, *AS_FUSED_FLAGS, "--share-bests",
+                 "-o", str(tmp_path / "out")])  # fmt: skip
     assert code == 0 and (tmp_path / "out").is_dir()
     program = load_onnx(onnx_file, [parse_input("x:1x8x8x8")])
-    tuning = model_tuning(program, "llvm", storage, channels_last=False)
+    tuning = model_tuning(program, "llvm", storage, **AS_FUSED)
     studies = [s for s in tuning.studies if s is not None]
     assert len(studies) == 2 and same_space_twins([t.knobs for t in tuning.templates]) == [[1], [0]]
     # Their samplers are seeded apart: with one seed they proposed the same first batch, so
@@ -105,10 +109,10 @@ def test_twin_tasks_run_each_others_best_and_the_model_still_matches(tmp_path):
     # once it has some, in the decision features of a cold study (nothing lowered).
     twins_storage = f"sqlite:///{tmp_path / 'twins.db'}"
     code = main(["tune-model", onnx_file, "--input", "x:1x8x8x8", "--trials", "32",
-                 "--storage", twins_storage, "--no-channels-last", "--warm-start-tasks",
+                 "--storage", twins_storage, *AS_FUSED_FLAGS, "--warm-start-tasks",
                  "--warm-sources", "twins", "-o", str(tmp_path / "twins-out")])  # fmt: skip
     assert code == 0
-    tuning = model_tuning(program, "llvm", twins_storage, channels_last=False)
+    tuning = model_tuning(program, "llvm", twins_storage, **AS_FUSED)
     studies = [s for s in tuning.studies if s is not None]
     # The task tuned second has its twin's trials from its first batch on; the first has them
     # once the scheduler gives it a second batch.

@@ -733,17 +733,22 @@ def test_model_tuning_with_only_winograd_tunes_no_direct_arm_beside_it():
 
 
 def test_model_tuning_times_the_shipped_arm_beside_the_opt_in_ones():
-    """--shipped: the arm as tune-model ships it (NHWC, unpacked, direct, warm-started tasks)
-    whatever the other flags say; with --only-winograd it is the arm taken apart."""
+    """--shipped: the arm as tune-model ships it for a CPU (its default rewrites, warm-started
+    tasks) whatever the other flags say, in studies apart from the Winograd arm's; it is the
+    arm taken apart."""
     import argparse
+
+    from tensortune.model.tasks import model_rewrites
+    from tensortune.model.tuning import warm_starts
 
     model_tuning = studies_module("model_tuning")
     flags = dict(WINOGRAD_PACKED_BESIDE_UNPACKED, beside=[], only_winograd=True)
     found = model_tuning.arms("m", argparse.Namespace(shipped=True, **flags))
     assert set(found) == {"tensortune-shipped", "tensortune-winograd-channels-last-prepacked"}
     shipped = found["tensortune-shipped"]
-    assert shipped.warm_start and shipped.rewrites.channels_last
-    assert not (shipped.rewrites.prepack_weights or shipped.rewrites.winograd)
+    assert shipped.rewrites == model_rewrites("llvm")
+    assert shipped.warm_start == warm_starts("costmodel", None)
+    assert shipped.storage != found["tensortune-winograd-channels-last-prepacked"].storage
     assert model_tuning.profiled_arm(found) == "tensortune-shipped"
     assert "shipped" in model_tuning.arm_labels()  # no --beside label may take it
 

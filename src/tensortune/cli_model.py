@@ -115,18 +115,20 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help=f"default {DEFAULT_STORAGE}")
     parser.add_argument(
         "--prepack-weights",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="let each kernel read the weights in a layout of its own, packed once at build "
         "time (CPU targets; its tasks' studies are apart from those of a run without it; "
-        "default: off)",
+        "default: on for CPU targets)",
     )
     parser.add_argument(
         "--winograd",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="compute 3x3 convolutions of stride 1 as Winograd convolutions (F(4x4, 3x3); "
         "with --channels-last, F(2x2, 3x3) on small layers), their weights transformed once "
         "at build time (CPU targets; its tasks' studies are apart from those of a run "
-        "without it; default: off)",
+        "without it; default: on for CPU targets)",
     )
     parser.add_argument(
         "--channels-last",
@@ -135,7 +137,7 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
         help="compute convolutions on NHWC data, so that kernels vectorize along the output "
         "channels; inputs and outputs keep their layout (CPU targets; with --winograd, NHWC "
         "Winograd convolutions; its tasks' studies are apart from those of a run without it; "
-        "default: on for CPU targets unless --winograd)",
+        "default: on for CPU targets)",
     )
 
 

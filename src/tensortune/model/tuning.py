@@ -118,8 +118,8 @@ def tune_model(
     batch_size: int = BATCH,
     progress: Callable[[str], None] | None = None,
     settings: MeasureSettings | None = None,
-    prepack_weights: bool = False,
-    winograd: bool = False,
+    prepack_weights: bool | None = None,
+    winograd: bool | None = None,
     channels_last: bool | None = None,
     warm_start: bool | None = None,
     source_weighting: str | None = None,
@@ -143,22 +143,28 @@ def tune_model(
         prepack_weights: Let each kernel read the model's weights in a layout of its own,
             packed once at build time, as ONNX Runtime and MetaSchedule's
             ``cpu_weight_prepack`` do (CPU targets only). Its tasks are other functions, so
-            other studies than those of a run without it. Default False.
+            other studies than those of a run without it. Default None: on for CPU (llvm)
+            targets. On ResNet-18's Winograd build (a Zen 4 with AVX-512, seeds 0-1, 1000
+            trials, ``studies/README.md``) it made ours 1.10x as fast as unpacked weights did.
         winograd: Compute the model's 3x3 convolutions of stride 1 (float32, constant
             weights) as Winograd convolutions, whose weights are transformed once at build
             time (`tensortune.model.winograd`; CPU targets only): NHWC ones with
             `channels_last`, F(4x4, 3x3) or F(2x2, 3x3) by the layer's size, else NCHW
             F(4x4, 3x3) ones. Other tasks, so other studies, as with `prepack_weights`.
-            Default False.
+            Default None: on for CPU (llvm) targets. With packed weights and NHWC, on
+            ResNet-18 on a Zen 4 with AVX-512 (2026-12-07, seeds 0-1, 1000 trials), it made
+            our build 1.29x ONNX Runtime's speed and 1.61x that of the build of direct NHWC
+            convolutions with unpacked weights (the default before), timed side by side.
+            A model without such convolutions has the same tasks either way.
         channels_last: Compute the model's convolutions on NHWC data, converted by TVM's
             ``ConvertLayout`` (the model's inputs and outputs keep their layout; CPU targets
             only; with `winograd`, NHWC Winograd ones): a kernel can vectorize along the
             output channels (`tensortune.model.tasks.Rewrites`). Other tasks, so other
-            studies, as with `prepack_weights`. Default None: on for CPU (llvm) targets
-            unless `winograd`. On ResNet-18 (an Emerald Rapids guest, ``studies/README.md``)
-            it made our build 1.61-1.92x as fast as NCHW's at 500 and 1000 trials with packed
-            weights, and 1.59x and 1.61x at 1000 without (two seeds each). A model without
-            convolutions has the same tasks either way.
+            studies, as with `prepack_weights`. Default None: on for CPU (llvm) targets. On
+            ResNet-18 (an Emerald Rapids guest, ``studies/README.md``) it made our build
+            1.61-1.92x as fast as NCHW's at 500 and 1000 trials with packed weights, and 1.59x
+            and 1.61x at 1000 without (two seeds each), direct convolutions all. A model
+            without convolutions has the same tasks either way.
         warm_start: Warm-start each batch's cost model from the studies of other tasks of
             the model that have a measured kernel, as ``--transfer-from`` does for one
             operator: by default those of the same kind
@@ -397,8 +403,8 @@ def model_tuning(
     storage: str | None = None,
     *,
     create: bool = False,
-    prepack_weights: bool = False,
-    winograd: bool = False,
+    prepack_weights: bool | None = None,
+    winograd: bool | None = None,
     channels_last: bool | None = None,
 ) -> ModelTuning:
     """Where the tuning of `program` stands in `storage`: its tasks and their studies, tuning
@@ -409,10 +415,9 @@ def model_tuning(
         target: As for `tune_model`. Default ``"llvm"``.
         storage: As for `tune_model`. Default None: ``tensortune.db`` in the working folder.
         create: Whether a missing SQLite file may be created. Default False: it is an error.
-        prepack_weights: As for `tune_model`. Default False.
-        winograd: As for `tune_model`. Default False.
-        channels_last: As for `tune_model`. Default None: on for CPU targets unless
-            `winograd`.
+        prepack_weights: As for `tune_model`. Default None: on for CPU targets.
+        winograd: As for `tune_model`. Default None: on for CPU targets.
+        channels_last: As for `tune_model`. Default None: on for CPU targets.
     """
     from tensortune.storage import open_storage
     from tensortune.target import make_target, target_spec
