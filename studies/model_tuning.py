@@ -285,6 +285,10 @@ class Arm(NamedTuple):
     warm_sources: str | None = None
 
 
+#: The system name of ``--shipped``'s arm: tune-model's default for a CPU (`arms`).
+SHIPPED = "tensortune-shipped-winograd"
+
+
 def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     """Our arms of this run by system name, as the flags in `args` ask, each with its task
     studies in ``--work``."""
@@ -362,10 +366,11 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # (--shipped) the arm as tune-model ships for a CPU, whatever the flags above say: each
     # task warm-started from the model's tasks of its kind, with every rewrite (packed, NHWC
     # Winograd; since 2026-12-07), in studies of their own. Before, the shipped rewrites were
-    # NHWC alone (direct convolutions, unpacked), in `<model>-shipped.db`.
+    # NHWC alone (direct convolutions, unpacked): `tensortune-shipped`, `<model>-shipped.db`.
+    # A name of its own, or a work folder's ledger would give it that arm's tuning seconds.
     if getattr(args, "shipped", False):
         url = f"sqlite:///{os.path.join(args.work, f'{name}-shipped-winograd.db')}"
-        variants["tensortune-shipped"] = Arm(url, rewrites=CPU_REWRITES, warm_start=True)
+        variants[SHIPPED] = Arm(url, rewrites=CPU_REWRITES, warm_start=True)
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(
@@ -445,8 +450,8 @@ def profiled_arm(variants: dict[str, Arm]) -> str:
     (packed with ``--prepack-weights``), else the packed one (the BERT layer's fastest
     before Winograd became the default), else the plain one, else (``--only-winograd``) the
     Winograd one; each timed with ``--cache``'s state where the run asks."""
-    if "tensortune-shipped" in variants:
-        return "tensortune-shipped"
+    if SHIPPED in variants:
+        return SHIPPED
     nhwc = [
         s for s, arm in variants.items() if arm.rewrites.channels_last and not arm.rewrites.winograd
     ]

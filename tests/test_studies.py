@@ -744,13 +744,16 @@ def test_model_tuning_times_the_shipped_arm_beside_the_opt_in_ones():
     model_tuning = studies_module("model_tuning")
     flags = dict(WINOGRAD_PACKED_BESIDE_UNPACKED, beside=[], only_winograd=True)
     found = model_tuning.arms("m", argparse.Namespace(shipped=True, **flags))
-    assert set(found) == {"tensortune-shipped", "tensortune-winograd-channels-last-prepacked"}
-    shipped = found["tensortune-shipped"]
+    shipped_arm = model_tuning.SHIPPED
+    assert set(found) == {shipped_arm, "tensortune-winograd-channels-last-prepacked"}
+    shipped = found[shipped_arm]
     assert shipped.rewrites == model_rewrites("llvm")
     assert shipped.warm_start == warm_starts("costmodel", None)
     assert shipped.storage != found["tensortune-winograd-channels-last-prepacked"].storage
-    assert model_tuning.profiled_arm(found) == "tensortune-shipped"
-    assert "shipped" in model_tuning.arm_labels()  # no --beside label may take it
+    assert model_tuning.profiled_arm(found) == shipped_arm
+    assert "shipped-winograd" in model_tuning.arm_labels()  # no --beside label may take it
+    # The old default's arm, whose tuning seconds older work folders' ledgers hold.
+    assert shipped_arm != "tensortune-shipped"
 
 
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():
