@@ -16,12 +16,14 @@ one, biased upward as every best-while-tuning figure is; the timed builds are in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 
 import model_zoo
 import optuna
 
 from tensortune.model import from_torch
+from tensortune.model.tasks import NO_REWRITES
 from tensortune.model.tuning import model_tuning
 
 
@@ -32,9 +34,7 @@ def estimate_curve(model: str, storage: str) -> list[tuple[float, float]]:
     net, example = model_zoo.model(model)
     # The plain arm of model_tuning.py: NCHW, direct and unpacked, as it tunes it.
     program = from_torch(net, example, name=model)
-    tuning = model_tuning(
-        program, "llvm", storage, prepack_weights=False, winograd=False, channels_last=False
-    )
+    tuning = model_tuning(program, "llvm", storage, **dataclasses.asdict(NO_REWRITES))
     ended = []
     for index, study in enumerate(tuning.studies):
         if study is None:
