@@ -15,10 +15,10 @@ readings too; each build's outputs are checked against PyTorch eager.
 A killed run goes on where it stopped when run again with the same ``--work``: our task studies
 resume, MetaSchedule's finished database is built again without tuning (a half-tuned one is
 started again), each finished (system, budget)'s tuning seconds are kept in
-``<model>-seconds.json``, and a model timed to the end is read back from
-``<model>-results-<key>.json`` (`run_key`: the budgets and the systems). Our seconds of a
-budget cut by the kill count from the rerun only. Writes under ``--out`` (default
-``studies/results/models/``):
+``<model>-seconds.json`` with the storage they were tuned in (`Ledger`), and a model timed to
+the end is read back from ``<model>-results-<key>.json`` (`run_key`: the budgets and the
+systems). Our seconds of a budget cut by the kill count from the rerun only. Writes under
+``--out`` (default ``studies/results/models/``):
 
 - ``model_tuning.csv``: per model, system and budget: median latency, ×eager, tuning seconds;
 - ``model_tasks.csv``: per model and task of our profiled arm (channels-last where the run has
@@ -208,25 +208,33 @@ def task_rows(name: str, system: str, tuning: ModelTuning, inputs_seed: int = 0)
 
 
 class Ledger:
-    """Seconds by key in a JSON file, each written as soon as it is known."""
+    """Tuning seconds by key (``system@budget``) in a JSON file, each with the storage its
+    studies (or MetaSchedule's work folder) are in, written as soon as it is known.
+
+    An entry of another storage is no entry: an arm whose studies moved to a new storage
+    under an old name is tuned and timed afresh, not read back with the old studies' seconds
+    (on 2026-12-07 the new default's arm got the old default's that way). Files written
+    before then hold bare seconds, with no storage; those are read back for any storage."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.seconds: dict[str, float] = {}
+        self.entries: dict[str, Any] = {}  # key -> {"seconds", "storage"} or bare seconds
         if os.path.exists(path):
             with open(path) as f:
-                self.seconds = json.load(f)
+                self.entries = json.load(f)
 
-    def __contains__(self, key: str) -> bool:
-        return key in self.seconds
+    def get(self, key: str, storage: str) -> float | None:
+        """The seconds recorded for `key` in `storage`, or None where there are none."""
+        entry = self.entries.get(key)
+        if isinstance(entry, dict):
+            return float(entry["seconds"]) if entry["storage"] == storage else None
+        return None if entry is None else float(entry)
 
-    def __getitem__(self, key: str) -> float:
-        return self.seconds[key]
-
-    def record(self, key: str, seconds: float) -> None:
-        self.seconds[key] = seconds
+    def record(self, key: str, seconds: float, storage: str) -> None:
+        """Keep `seconds` for `key` in `storage`, replacing what the key held."""
+        self.entries[key] = {"seconds": seconds, "storage": storage}
         with open(self.path + ".tmp", "w") as f:
-            json.dump(self.seconds, f, indent=1)
+            json.dump(self.entries, f, indent=1)
         os.replace(self.path + ".tmp", self.path)
 
 
@@ -367,7 +375,7 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
     # task warm-started from the model's tasks of its kind, with every rewrite (packed, NHWC
     # Winograd; since 2026-12-07), in studies of their own. Before, the shipped rewrites were
     # NHWC alone (direct convolutions, unpacked): `tensortune-shipped`, `<model>-shipped.db`.
-    # A name of its own, or a work folder's ledger would give it that arm's tuning seconds.
+    # A name of its own, so that older work folders keep that arm's studies and seconds.
     if getattr(args, "shipped", False):
         url = f"sqlite:///{os.path.join(args.work, f'{name}-shipped-winograd.db')}"
         variants[SHIPPED] = Arm(url, rewrites=CPU_REWRITES, warm_start=True)
@@ -502,7 +510,8 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     variants = arms(name, args)
     profiled = profiled_arm(variants)
     beside = dict(args.beside)
-    picking_s: dict[str, float] = {}  # (--finalists) tuning seconds and the re-timing's
+    # Tuning seconds by system@budget, of this run's storages (--finalists: and the re-timing's)
+    tuning_s: dict[str, float] = {}
     for system, (url, settings, rewrites, warm, shared, warm_sources) in variants.items():
         previous = 0.0  # our budgets resume one study set: their seconds add up
         for budget in budgets:
@@ -515,9 +524,12 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             )  # fmt: skip
             if system == profiled:  # the per-task rows and the profile are of this one
                 tuning = tuned_model
-            if key not in ledger and system.removeprefix("tensortune-") not in beside:
-                ledger.record(key, previous + time.perf_counter() - start)
-            previous = ledger.seconds.get(key, 0.0)  # 0 for --beside: tuned elsewhere
+            if ledger.get(key, url) is None and system.removeprefix("tensortune-") not in beside:
+                ledger.record(key, previous + time.perf_counter() - start, url)
+            seconds = ledger.get(key, url)  # None for --beside: tuned elsewhere
+            if seconds is not None:
+                tuning_s[key] = seconds
+            previous = seconds or 0.0
             database = os.path.join(folder, f"db-{system}-{budget}")
             studies = studies_up_to(tuned_model.studies, budget)  # resumed past it: cut back
             write_database(tuned_model.tasks, studies, tuned_model.target, database)
@@ -530,9 +542,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
                 database = os.path.join(folder, f"db-{system}-finalists-{budget}")
                 write_database(tuned_model.tasks, studies, tuned_model.target, database, picks)
                 finalist_key = f"{system}-finalists@{budget}"
-                picking_s[finalist_key] = ledger.seconds.get(key, 0.0) + (
-                    time.perf_counter() - start
-                )
+                tuning_s[finalist_key] = tuning_s.get(key, 0.0) + (time.perf_counter() - start)
                 tuned = build(program, target, database, rewrites)
                 check_outputs(run(tuned, inputs), expected)
                 builds[finalist_key] = tuned
@@ -548,19 +558,21 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     for system, rewrites in peers.items():
         work_dir = metaschedule_dir(args.work, name, system)
         keys = {budget: f"{system}@{budget}" for budget in budgets}
-        if keys[budgets[-1]] not in ledger:
+        if ledger.get(keys[budgets[-1]], work_dir) is None:
             shutil.rmtree(work_dir, ignore_errors=True)  # a killed run's, half tuned
             reached = metaschedule_tune(
                 program, target, budgets, work_dir, args.seed, rewrites,
                 args.ms_population, args.ms_trials_per_iter,
             )  # fmt: skip
             for budget, seconds in reached.items():
-                ledger.record(keys[budget], seconds)
+                ledger.record(keys[budget], seconds, work_dir)
+        for key in keys.values():
+            if (seconds := ledger.get(key, work_dir)) is not None:
+                tuning_s[key] = seconds
         for budget in budgets:
             built = metaschedule_build(program, target, work_dir, budget, rewrites)
             check_outputs(run(built, inputs), expected)
             builds[keys[budget]] = built
-    tuning_s = {**ledger.seconds, **picking_s}
     readings = time_in_processes(name, builds, args.rounds, args.timings, folder)
     median_s = medians(readings)
     # Every reading, so that two builds can be compared round by round (round_ratios.py).

@@ -582,6 +582,27 @@ def test_judge_taus_refuses_storages_without_the_pairs_studies(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_model_tuning_ledger_reads_back_seconds_of_the_same_storage_only(tmp_path):
+    """A work folder's tuning seconds are read back for the storage they were tuned in, not for
+    studies moved elsewhere under the same arm name; a file of bare seconds (before
+    2026-12-07) is read back for any storage; a reopened ledger keeps what was recorded."""
+    model_tuning = studies_module("model_tuning")
+    path = str(tmp_path / "m-seconds.json")
+    ledger = model_tuning.Ledger(path)
+    assert ledger.get("tensortune@500", "sqlite:///a.db") is None
+    ledger.record("tensortune@500", 12.5, "sqlite:///a.db")
+    again = model_tuning.Ledger(path)
+    assert again.get("tensortune@500", "sqlite:///a.db") == 12.5
+    assert again.get("tensortune@500", "sqlite:///b.db") is None
+    assert again.get("tensortune@1000", "sqlite:///a.db") is None
+    again.record("tensortune@500", 30.0, "sqlite:///b.db")  # tuned afresh in b: b's seconds
+    assert model_tuning.Ledger(path).get("tensortune@500", "sqlite:///b.db") == 30.0
+    assert model_tuning.Ledger(path).get("tensortune@500", "sqlite:///a.db") is None
+    old = tmp_path / "old-seconds.json"
+    old.write_text(json.dumps({"tensortune-shipped@1000": 1214.0}))
+    assert model_tuning.Ledger(str(old)).get("tensortune-shipped@1000", "anywhere") == 1214.0
+
+
 def test_model_tuning_refuses_a_metaschedule_arm_not_in_the_run(tmp_path):
     """--metaschedule-arms names arms of this run: another gets one line, exit 2, before any
     model is built or anything written."""
