@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import itertools
 import json
 import os
@@ -293,8 +294,12 @@ class Arm(NamedTuple):
     warm_sources: str | None = None
 
 
-#: The system name of ``--shipped``'s arm: tune-model's default for a CPU (`arms`).
-SHIPPED = "tensortune-shipped-winograd"
+#: Whether tune-model warm-starts its tasks by default, as ``--shipped``'s arm then does.
+SHIPPED_WARM: bool = inspect.signature(tune_model).parameters["warm_start"].default
+#: The system name of ``--shipped``'s arm: tune-model's default for a CPU (`arms`). Each
+#: default has a name (and studies) of its own: packed NHWC Winograd warm-started (the
+#: default on 2026-12-07 until that evening) and cold, since.
+SHIPPED = "tensortune-shipped-winograd" + ("" if SHIPPED_WARM else "-cold")
 
 
 def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
@@ -371,14 +376,16 @@ def arms(name: str, args: argparse.Namespace) -> dict[str, Arm]:
                 share_bests=suffix == "shared",
                 warm_sources="twins" if suffix == "twins" else None,
             )
-    # (--shipped) the arm as tune-model ships for a CPU, whatever the flags above say: each
-    # task warm-started from the model's tasks of its kind, with every rewrite (packed, NHWC
-    # Winograd; since 2026-12-07), in studies of their own. Before, the shipped rewrites were
-    # NHWC alone (direct convolutions, unpacked): `tensortune-shipped`, `<model>-shipped.db`.
-    # A name of its own, so that older work folders keep that arm's studies and seconds.
+    # (--shipped) the arm as tune-model ships for a CPU, whatever the flags above say: every
+    # rewrite (packed, NHWC Winograd; since 2026-12-07), tasks warm-started or not as
+    # tune_model's default, in studies of their own. Before, the shipped rewrites were NHWC
+    # alone (direct convolutions, unpacked), warm-started: `tensortune-shipped`,
+    # `<model>-shipped.db`. A name of its own, so that older work folders keep that arm's
+    # studies and seconds.
     if getattr(args, "shipped", False):
-        url = f"sqlite:///{os.path.join(args.work, f'{name}-shipped-winograd.db')}"
-        variants[SHIPPED] = Arm(url, rewrites=CPU_REWRITES, warm_start=True)
+        label = SHIPPED.removeprefix("tensortune-")
+        url = f"sqlite:///{os.path.join(args.work, f'{name}-{label}.db')}"
+        variants[SHIPPED] = Arm(url, rewrites=CPU_REWRITES, warm_start=SHIPPED_WARM)
     if args.warm_start_tasks and args.cold_cache:
         url = f"sqlite:///{os.path.join(args.work, f'{name}-cold-warm.db')}"
         variants["tensortune-cold-warm"] = Arm(
@@ -731,8 +738,9 @@ def run_key(args: argparse.Namespace) -> str:
     key += "".join(f"-{label}" for label, _ in args.beside)
     key += "" if args.plain else "-no-plain"
     key += "-only-winograd" if getattr(args, "only_winograd", False) else ""
-    # The shipped arm became packed NHWC Winograd on 2026-12-07: a key of its own since.
-    key += "-shipped-winograd" if getattr(args, "shipped", False) else ""
+    # The shipped arm became packed NHWC Winograd on 2026-12-07, and cold that evening: a key
+    # of its own each time.
+    key += SHIPPED.removeprefix("tensortune") if getattr(args, "shipped", False) else ""
     if not args.metaschedule:
         return key + "-no-metaschedule"
     return key + "".join(f"-ms-{system}" for system in sorted(args.metaschedule_arms or []))
@@ -807,7 +815,7 @@ def main() -> None:
                         "alone (default: kept)")  # fmt: skip
     parser.add_argument("--shipped", action="store_true",
                         help="also ours as tune-model ships it for a CPU (packed NHWC "
-                        "Winograd, tasks warm-started), whatever --prepack-weights, --winograd "
+                        "Winograd, cold tasks), whatever --prepack-weights, --winograd "
                         "and --channels-last say: the default beside the other arms "
                         "(default: off)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,

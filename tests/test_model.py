@@ -282,11 +282,11 @@ def test_bad_tuning_options_are_one_line_and_write_nothing(onnx_file, tmp_path, 
     common = [onnx_file, "--input", "x:1x3x8x8", "--trials", "4", "-o", str(tmp_path / "out"),
               "--storage", f"sqlite:///{tmp_path / 'model.db'}"]  # fmt: skip
     rows = [
-        (["--no-warm-start-tasks", "--source-weighting", "outranked"], "not with --no-warm"),
-        (["--sampler", "random", "--source-weighting", "decay"], "another sampler than costmodel"),
+        (["--source-weighting", "outranked"], "give --warm-start-tasks too"),
+        (["--no-warm-start-tasks", "--source-weighting", "decay"], "give --warm-start-tasks"),
         (["--warm-start-tasks", "--sampler", "random"], "needs the costmodel sampler"),
         (["--finalists", "0"], "--finalists must be at least 1"),
-        (["--no-warm-start-tasks", "--warm-sources", "twins"], "what warm-started tasks learn"),
+        (["--warm-sources", "twins"], "what warm-started tasks learn"),
     ]
     for extra, message in rows:
         assert main(["tune-model", *common, *extra]) == 2, extra

@@ -754,13 +754,14 @@ def test_model_tuning_with_only_winograd_tunes_no_direct_arm_beside_it():
 
 
 def test_model_tuning_times_the_shipped_arm_beside_the_opt_in_ones():
-    """--shipped: the arm as tune-model ships it for a CPU (its default rewrites, warm-started
-    tasks) whatever the other flags say, in studies apart from the Winograd arm's; it is the
-    arm taken apart."""
+    """--shipped: the arm as tune-model ships it for a CPU (its default rewrites, tasks warm-
+    started or not as by default) whatever the other flags say, in studies apart from the
+    Winograd arm's; it is the arm taken apart."""
     import argparse
+    import inspect
 
+    from tensortune.model import tune_model
     from tensortune.model.tasks import model_rewrites
-    from tensortune.model.tuning import warm_starts
 
     model_tuning = studies_module("model_tuning")
     flags = dict(WINOGRAD_PACKED_BESIDE_UNPACKED, beside=[], only_winograd=True)
@@ -769,12 +770,14 @@ def test_model_tuning_times_the_shipped_arm_beside_the_opt_in_ones():
     assert set(found) == {shipped_arm, "tensortune-winograd-channels-last-prepacked"}
     shipped = found[shipped_arm]
     assert shipped.rewrites == model_rewrites("llvm")
-    assert shipped.warm_start == warm_starts("costmodel", None)
+    assert shipped.warm_start == inspect.signature(tune_model).parameters["warm_start"].default
     assert shipped.storage != found["tensortune-winograd-channels-last-prepacked"].storage
     assert model_tuning.profiled_arm(found) == shipped_arm
-    assert "shipped-winograd" in model_tuning.arm_labels()  # no --beside label may take it
-    # The old default's arm, whose tuning seconds older work folders' ledgers hold.
-    assert shipped_arm != "tensortune-shipped"
+    assert shipped_arm.removeprefix("tensortune-") in model_tuning.arm_labels()  # not --beside's
+    # The arms of earlier defaults, whose studies and seconds older work folders hold: NHWC
+    # alone warm-started, then packed NHWC Winograd warm-started; since, cold tasks.
+    assert shipped_arm not in ("tensortune-shipped", "tensortune-shipped-winograd")
+    assert not shipped.warm_start and shipped_arm == "tensortune-shipped-winograd-cold"
 
 
 def test_model_tuning_takes_apart_the_channels_last_arm_where_the_run_has_it():

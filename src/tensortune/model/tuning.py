@@ -121,7 +121,7 @@ def tune_model(
     prepack_weights: bool | None = None,
     winograd: bool | None = None,
     channels_last: bool | None = None,
-    warm_start: bool | None = None,
+    warm_start: bool = False,
     source_weighting: str | None = None,
     share_bests: bool = False,
     warm_sources: str | None = None,
@@ -170,11 +170,12 @@ def tune_model(
             operator: by default those of the same kind
             (`tensortune.model.tasks.ModelTask.kind`), up to
             `tensortune.sampler.nearest_studies.AUTO_SOURCES` of them, nearest program first
-            (`kin_sources`); see `warm_sources`. The ``costmodel`` sampler only; False: each
-            task learns from its own trials alone. Default None: on with the ``costmodel``
-            sampler, off with the others. On ResNet-18 on a Zen 4 (``studies/README.md``, two
-            seeds) it made our build 1.29x and 1.15x as fast as cold tasks' at 500 and 1000
-            trials and 1.12x and 1.07x MetaSchedule's, in 1.35-1.70x cold tasks' tuning time.
+            (`kin_sources`); see `warm_sources`. The ``costmodel`` sampler only. Default
+            False: each task learns from its own trials alone. With the default rewrites, on
+            ResNet-18 on a Zen 4 (``studies/README.md``, 2026-12-07, two seeds, 1000 trials)
+            it tied cold tasks (1.02x their build's speed) in 2.1-2.4x their tuning time, and
+            on a BERT-base layer it tied or trailed them; on direct NHWC convolutions it had
+            made ResNet-18 1.15x as fast at 1000 trials in 1.35-1.70x the time.
         source_weighting: How those sources weigh against a task's own trials, one of
             `tensortune.sampler.source_weighting.SOURCE_WEIGHTINGS` (see
             `tensortune.CostModelSampler`); not with cold tasks. Default None: ``"evidence"``, and
@@ -198,12 +199,11 @@ def tune_model(
         raise TensortuneError(f"batch size must be at least 1, got {batch_size}")
     if warm_start and sampler != "costmodel":
         raise TensortuneError(f"warm-starting tasks needs the costmodel sampler, not {sampler}")
-    warm = warm_starts(sampler, warm_start)
-    if source_weighting is not None and not warm:
+    if source_weighting is not None and not warm_start:
         raise TensortuneError(
             "a source weighting weighs warm-start sources: warm-start the tasks (costmodel sampler)"
         )
-    if warm_sources is not None and not warm:
+    if warm_sources is not None and not warm_start:
         raise TensortuneError(
             "warm sources are what tasks warm-start from: warm-start the tasks (costmodel sampler)"
         )
@@ -239,18 +239,12 @@ def tune_model(
         with Measurer(tuning.templates[0], tuning.target, settings) as measurer:
             _tune_batches(
                 tuning, total_trials, storage, sampler, seed, batch_size, say, measurer,
-                (warm_sources or WARM_SOURCES[0]) if warm else None,
+                (warm_sources or WARM_SOURCES[0]) if warm_start else None,
                 source_weighting or ("decay" if warm_sources == "twins" else None),
                 share_bests,
             )  # fmt: skip
     _fail_stale(tuning)
     return tuning
-
-
-def warm_starts(sampler: str, warm_start: bool | None) -> bool:
-    """Whether `tune_model` warm-starts the tasks with `sampler` and its `warm_start`: as
-    asked, and by default (None) with the ``costmodel`` sampler, the only one that learns."""
-    return sampler == "costmodel" if warm_start is None else warm_start
 
 
 def _fail_stale(tuning: ModelTuning) -> None:
