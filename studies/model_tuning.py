@@ -531,10 +531,11 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
             )  # fmt: skip
             if system == profiled:  # the per-task rows and the profile are of this one
                 tuning = tuned_model
-            if ledger.get(key, url) is None and system.removeprefix("tensortune-") not in beside:
-                ledger.record(key, previous + time.perf_counter() - start, url)
-            seconds = ledger.get(key, url)  # None for --beside: tuned elsewhere
-            if seconds is not None:
+            seconds = ledger.get(key, url)
+            if seconds is None and system.removeprefix("tensortune-") not in beside:
+                seconds = previous + time.perf_counter() - start
+                ledger.record(key, seconds, url)
+            if seconds is not None:  # None for --beside: tuned elsewhere
                 tuning_s[key] = seconds
             previous = seconds or 0.0
             database = os.path.join(folder, f"db-{system}-{budget}")
@@ -815,7 +816,8 @@ def main() -> None:
                         "alone (default: kept)")  # fmt: skip
     parser.add_argument("--shipped", action="store_true",
                         help="also ours as tune-model ships it for a CPU (packed NHWC "
-                        "Winograd, cold tasks), whatever --prepack-weights, --winograd "
+                        f"Winograd, {'warm-started' if SHIPPED_WARM else 'cold'} tasks), "
+                        "whatever --prepack-weights, --winograd "
                         "and --channels-last say: the default beside the other arms "
                         "(default: off)")  # fmt: skip
     parser.add_argument("--ms-population", type=int, default=512,
