@@ -481,6 +481,16 @@ def profiled_arm(variants: dict[str, Arm]) -> str:
     return winograd[0] if winograd else "tensortune"
 
 
+def metaschedule_peer(system: str) -> str:
+    """MetaSchedule's system on the tasks of our arm `system`: ``metaschedule...`` for
+    ``tensortune...``, less the cache state ours were timed in (``--cache``). MetaSchedule
+    times as it always does, so one run of it serves our arm timed warm and the same arm timed
+    on dirty caches, and a run with ``--cache`` finds the one a warm run left in ``--work``."""
+    for cache in CACHE_STATES[1:]:
+        system = system.removesuffix(f"-{cache}")
+    return system.replace("tensortune", "metaschedule", 1)
+
+
 def metaschedule_dir(work: str, name: str, system: str) -> str:
     """MetaSchedule's work folder in `work` for model `name`, tuning the tasks of our arm
     `system` (or of its peer, ``metaschedule-...``): ``<name>-ms`` and the arm's suffix."""
@@ -488,14 +498,16 @@ def metaschedule_dir(work: str, name: str, system: str) -> str:
     return os.path.join(work, f"{name}-ms{suffix}")
 
 
-def metaschedule_arms(variants: dict[str, Arm]) -> list[str]:
-    """Our arms whose tasks MetaSchedule tunes by default: those timed as usual and tuned cold
-    (its search has neither flushed caches nor warm starts), each task alone (nor shared
-    configs)."""
+def metaschedule_arms(variants: dict[str, Arm], any_timing: bool = False) -> list[str]:
+    """Our arms whose tasks MetaSchedule tunes by default: those tuned cold, each task alone
+    (its search has neither warm starts nor shared configs) and timed as usual (its runner
+    knows no other cache state). With `any_timing` (default False) also those timed in another
+    cache state, which ``--metaschedule-arms`` may name: MetaSchedule then tunes their tasks
+    timed as usual (`metaschedule_peer`)."""
     return [
         s
         for s, arm in variants.items()
-        if arm.settings is None and not arm.warm_start and not arm.share_bests
+        if (any_timing or arm.settings is None) and not arm.warm_start and not arm.share_bests
     ]
 
 
@@ -559,7 +571,7 @@ def run_model(name: str, budgets: list[int], args: argparse.Namespace) -> tuple[
     if args.metaschedule:
         chosen = set(args.metaschedule_arms or metaschedule_arms(variants))
         peers = {
-            system.replace("tensortune", "metaschedule"): arm.rewrites
+            metaschedule_peer(system): arm.rewrites
             for system, arm in variants.items()
             if system in chosen
         }
@@ -621,9 +633,10 @@ def profile_models(name: str, budgets: list[int], args: argparse.Namespace) -> d
     database = tempfile.mkdtemp(prefix=f"{name}-profile-")
     write_database(tuning.tasks, tuning.studies, tuning.target, database)
     builds = {f"{system}@{budgets[-1]}": build(program, target, database, arm.rewrites)}
-    work_dir = metaschedule_dir(args.work, name, system)
+    peer = metaschedule_peer(system)
+    work_dir = metaschedule_dir(args.work, name, peer)
     if args.metaschedule and os.path.exists(os.path.join(work_dir, "milestones.json")):
-        builds[f"metaschedule{layout}@{budgets[-1]}"] = metaschedule_build(
+        builds[f"{peer}@{budgets[-1]}"] = metaschedule_build(
             program, target, work_dir, budgets[-1], arm.rewrites
         )
     profiles: dict[str, Any] = kernel_times_in_turns(builds, inputs)
@@ -695,7 +708,7 @@ def summary(rows: list[dict], tasks: list[dict], split: list[dict] | None = None
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = {(r["system"], r["budget"]): r for r in rows if r["model"] == model}
         for system in systems:
-            lines += _goal_lines(model, system, system.replace("tensortune", "metaschedule"), mine)
+            lines += _goal_lines(model, system, metaschedule_peer(system), mine)
     if split:
         lines += ["", "Where a run's time goes (ms; each call timed by TVM's timer after the run's "
                   "other calls, `kernel_profile.kernel_times`; each figure the median of the "
@@ -757,7 +770,9 @@ def main() -> None:
     parser.add_argument("--metaschedule-arms", nargs="+", default=None, metavar="SYSTEM",
                         help="our arms whose tasks MetaSchedule tunes, by system name, e.g. "
                         "tensortune-channels-last (default: every arm of usual timing and "
-                        "cold tasks)")  # fmt: skip
+                        "cold tasks); an arm timed with --cache may be named, and MetaSchedule "
+                        "then tunes its tasks as usual, under the name of the arm's warm "
+                        "timing")  # fmt: skip
     parser.add_argument("--no-plain", dest="plain", action="store_false",
                         help="leave out our NCHW arm (tensortune), whose tuning costs as "
                         "much as any other arm's; with --channels-last or --prepack-weights "
@@ -880,7 +895,7 @@ def main() -> None:
                      "that arm apart instead")  # fmt: skip
     if args.only_winograd and not args.winograd:
         parser.error("--only-winograd needs --winograd: the run would have no arm of ours left")
-    possible = metaschedule_arms(arms("model", args))
+    possible = metaschedule_arms(arms("model", args), any_timing=True)
     if args.metaschedule_arms and not set(args.metaschedule_arms) <= set(possible):
         parser.error(f"--metaschedule-arms takes arms of this run: {' '.join(possible)}")
     os.makedirs(args.work, exist_ok=True)

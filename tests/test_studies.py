@@ -652,7 +652,8 @@ def test_model_tuning_refuses_a_beside_label_that_an_arm_of_ours_takes(tmp_path)
 
 def test_model_tuning_times_the_arms_it_tunes_with_the_cache_state_asked():
     """--cache dirty: the arms tuned in the run are timed dirty, in studies and under system
-    names of their own; the --beside and --cold-cache arms keep their timings."""
+    names of their own; the --beside and --cold-cache arms keep their timings; MetaSchedule on
+    a dirty arm's tasks is its run on the warm arm's."""
     import argparse
 
     model_tuning = studies_module("model_tuning")
@@ -680,6 +681,19 @@ def test_model_tuning_times_the_arms_it_tunes_with_the_cache_state_asked():
     assert model_tuning.profiled_arm(
         model_tuning.arms("m", argparse.Namespace(**bert))
     ) == "tensortune-dirty"  # fmt: skip
+
+    # MetaSchedule times as usual: by default it takes none of the dirty arms' tasks, may be
+    # asked for them, and then tunes and builds under the warm arm's name and folder, so that a
+    # run with --cache resumes the MetaSchedule run a warm run left in the work folder.
+    assert model_tuning.metaschedule_arms(dirty) == ["tensortune-old"]
+    assert set(model_tuning.metaschedule_arms(dirty, any_timing=True)) == set(dirty)
+    peer = model_tuning.metaschedule_peer("tensortune-winograd-channels-last-dirty")
+    assert peer == model_tuning.metaschedule_peer("tensortune-winograd-channels-last")
+    assert peer == "metaschedule-winograd-channels-last"
+    assert model_tuning.metaschedule_dir("w", "m", peer) == os.path.join(
+        "w", "m-ms-winograd-channels-last"
+    )
+    assert model_tuning.metaschedule_peer("tensortune-cold") == "metaschedule-cold"
 
 
 def test_model_tuning_resumes_beside_studies_in_the_cache_state_they_were_timed_in(tmp_path):
