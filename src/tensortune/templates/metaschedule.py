@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tensortune.errors import TensortuneError, last_line
 from tensortune.templates.base import InvalidConfig, KnobTemplate
 from tensortune.templates.knobs import ChoiceKnob, factorizations
+from tensortune.templates.winograd_sketch import fused_sketches
 
 if TYPE_CHECKING:
     from tvm.s_tir import Schedule
@@ -35,8 +36,14 @@ if TYPE_CHECKING:
 
 #: The sampling instructions that become knobs, by TVM instruction kind.
 TILE, CATEGORICAL, COMPUTE_AT = "SamplePerfectTile", "SampleCategorical", "SampleComputeLocation"
-#: Name of the knob that picks the design space, where there are several.
+#: Name of the knob that picks MetaSchedule's design space, where there are several.
 SKETCH = "sketch"
+#: Name of the knob that picks one of our own design spaces instead, where a workload has them
+#: (`tensortune.templates.winograd_sketch`): 0 is MetaSchedule's (the one `SKETCH` names), i
+#: the i-th of ours. A knob of its own, so that a study tuned before ours
+#: existed keeps its `SKETCH` choices (Optuna refuses one name with two choice sets) and its
+#: configs still apply.
+FUSED = "fused"
 #: Values of a compute-location knob before the loop positions: MetaSchedule's -2 and -1.
 INLINE, ROOT = "inline", "root"
 #: Appended to the name of a tile knob of a batch axis (`_is_batch_axis`), whose splits keep
@@ -83,9 +90,12 @@ class MetaScheduleTemplate(KnobTemplate):
     inner, limited like the sampling instruction's own innermost factor, and for a batch axis
     to splits outside the register tile, `BATCH_SUFFIX`; categoricals by their
     values, e.g. the unroll budget; compute locations as ``"inline"``, ``"root"`` or
-    ``"loop<i>"``, the i-th loop of the consumer), plus ``sketch`` where there are several. A
-    knob that acts on the same block and loop with the same choices in several sketches is one
-    knob; a sketch ignores the knobs of the others, so every config names a value for all.
+    ``"loop<i>"``, the i-th loop of the consumer), plus ``sketch`` where there are several, and
+    ``fused`` where the workload also has design spaces of ours (`FUSED`; on CPUs, the NHWC
+    Winograd convolution's stages fused per block of tiles,
+    `tensortune.templates.winograd_sketch`). A knob that acts on the same block and loop with
+    the same choices in several sketches is one knob; a sketch ignores the knobs of the
+    others, so every config names a value for all.
     Compute locations that the other decisions make impossible fall back to the nearest
     outer one, as MetaSchedule's own replay does.
 
@@ -112,7 +122,8 @@ class MetaScheduleTemplate(KnobTemplate):
                 f"one of {', '.join(RULE_SETS)}"
             )
         spaces = _spaces(self)
-        self._knobs, self.decisions = _read_knobs(spaces.sketches, spaces.mod)
+        self.own_sketches = spaces.own
+        self._knobs, self.decisions = _read_knobs(spaces.sketches, spaces.mod, spaces.own)
 
     @property
     def knobs(self) -> list[ChoiceKnob]:
@@ -120,11 +131,31 @@ class MetaScheduleTemplate(KnobTemplate):
         trace order."""
         return list(self._knobs)
 
+    def sketch_of(self, config: Mapping[str, Any]) -> int:
+        """The index (into `decisions`) of the design space `config` picks: ours where its
+        `FUSED` knob says so, else MetaSchedule's `SKETCH` (default 0 for both)."""
+        fused = int(config.get(FUSED, 0))
+        if fused:
+            return len(self.decisions) - self.own_sketches + fused - 1
+        return int(config.get(SKETCH, 0))
+
     def check(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The config restricted to the knobs (`KnobTemplate.check`). A batch axis's split
         may also come under the loop's plain name, as stored before `BATCH_SUFFIX`: then any
-        split of the loop is taken, its inner levels too."""
+        split of the loop is taken, its inner levels too. A config stored before our own
+        design spaces existed has no `FUSED` knob nor theirs: it picks MetaSchedule's, and the
+        knobs only the others read take their first choice."""
         config = dict(config)
+        if self.own_sketches and FUSED not in config:
+            config[FUSED] = 0
+        sketch = self.sketch_of(config)
+        if 0 <= sketch < len(self.decisions):
+            read = {d.knob for d in self.decisions[sketch]} | {FUSED}
+            if sketch < len(self.decisions) - self.own_sketches:
+                read.add(SKETCH)
+            for knob in self._knobs:
+                if knob.name not in config and knob.name not in read:
+                    config[knob.name] = knob.choices[0]
         stored = {}
         for knob in self._knobs:
             plain = knob.name.removesuffix(BATCH_SUFFIX)
@@ -144,7 +175,7 @@ class MetaScheduleTemplate(KnobTemplate):
 
         config = self.check(config)
         spaces = _spaces(self)
-        sketch = int(config.get(SKETCH, 0))
+        sketch = self.sketch_of(config)
         trace = spaces.sketches[sketch].trace
         chosen = {
             trace.insts[d.index]: _decision(d, config[d.knob]) for d in self.decisions[sketch]
@@ -191,8 +222,9 @@ def _decision(decision: Decision, value: Any) -> Any:
 @dataclasses.dataclass
 class _Spaces:
     mod: Any
-    sketches: list[Any]
+    sketches: list[Any]  # MetaSchedule's, then our own
     postprocs: list[Any]
+    own: int = 0  # how many of the sketches are ours, at the end
 
 
 _CACHE: dict[str, _Spaces] = {}
@@ -246,16 +278,21 @@ def _generate(template: MetaScheduleTemplate) -> _Spaces:
         ) from err
     if not sketches:
         raise TensortuneError(f"MetaSchedule made no design space for {template.workload.name}")
-    return _Spaces(mod, sketches, list(context.space_generator.postprocs))
+    own = fused_sketches(mod, template.seed) if kind == "llvm" else []
+    return _Spaces(mod, sketches + own, list(context.space_generator.postprocs), len(own))
 
 
 # -- knobs from the sketches' decisions ---------------------------------------------------------
-def _read_knobs(sketches: list[Any], mod: Any) -> tuple[list[ChoiceKnob], list[list[Decision]]]:
+def _read_knobs(
+    sketches: list[Any], mod: Any, own: int = 0
+) -> tuple[list[ChoiceKnob], list[list[Decision]]]:
     """The knobs of all sketches (shared where name and choices agree) and, per sketch, its
-    decisions in trace order."""
+    decisions in trace order; the last `own` sketches are ours (default 0), picked by `FUSED`."""
     knobs: dict[str, ChoiceKnob] = {}
-    if len(sketches) > 1:
-        knobs[SKETCH] = ChoiceKnob(SKETCH, tuple(range(len(sketches))))
+    if len(sketches) - own > 1:
+        knobs[SKETCH] = ChoiceKnob(SKETCH, tuple(range(len(sketches) - own)))
+    if own:
+        knobs[FUSED] = ChoiceKnob(FUSED, tuple(range(own + 1)))
     per_sketch = []
     for number, sketch in enumerate(sketches):
         decisions = []
