@@ -1,6 +1,6 @@
 """Our fused design spaces of the NHWC Winograd convolution: offered beside MetaSchedule's for
 that task only, their configs compute the convolution (kernel alone and in the built model),
-and configs stored before them still apply."""
+and configs stored before them still apply and still train the learned sampler."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tensortune.model import from_torch  # noqa: E402
 from tensortune.model.build import build, check_outputs, run  # noqa: E402
 from tensortune.model.database import write_database  # noqa: E402
 from tensortune.model.tasks import Rewrites, extract_tasks  # noqa: E402
+from tensortune.sampler.history import KnobSpace  # noqa: E402
 from tensortune.target import make_target, target_spec  # noqa: E402
 from tensortune.templates import metaschedule as ms_space  # noqa: E402
 from tensortune.templates.metaschedule import MetaScheduleTemplate  # noqa: E402
@@ -148,6 +149,10 @@ def test_a_config_stored_before_our_design_spaces_still_applies():
     checked = template.check(stored)
     assert checked[ms_space.FUSED] == 0 and ours <= set(checked)
     assert template.apply(stored).mod.script() == template.apply(checked).mod.script()
+    # The learned sampler reads such a trial as that config, not as one outside its space.
+    space = KnobSpace(template.knobs, template.check)
+    assert space.encode(stored) == space.encode(checked) is not None
+    assert KnobSpace(template.knobs).encode(stored) is None
     # A knob MetaSchedule's sketch reads is still required.
     missing = next(iter(theirs - ours))
     with pytest.raises(ValueError, match="has no value for knob"):

@@ -549,7 +549,7 @@ class CostModelSampler(BaseSampler):
         self.settings = dataclasses.replace(
             self.settings, evolution=evolve_sizes(self.feature_set == "knob")
         )
-        self._space = KnobSpace(template.knobs)
+        self._space = KnobSpace(template.knobs, template.check)
         self._encoded.clear()
         self._extractor = FeatureExtractor(
             template, self.feature_set, processes=self.feature_processes

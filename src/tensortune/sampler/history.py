@@ -21,15 +21,30 @@ class KnobSpace:
 
     Args:
         knobs: The template's knobs, in its order.
+        complete: Called on a config that misses a knob, to name a value for it where the
+            template can (a config stored before the template gained knobs, see
+            `tensortune.templates.MetaScheduleTemplate.check`); a `ValueError` from it leaves
+            the config out. Default None: such a config is left out.
     """
 
-    def __init__(self, knobs: Sequence[ChoiceKnob]) -> None:
+    def __init__(
+        self,
+        knobs: Sequence[ChoiceKnob],
+        complete: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    ) -> None:
         self.knobs = list(knobs)
         self.sizes = [len(k.choices) for k in self.knobs]
         self._index = [{v: i for i, v in enumerate(k.choices)} for k in self.knobs]
+        self._complete = complete
 
     def encode(self, config: Mapping[str, Any]) -> tuple[int, ...] | None:
-        """Choice indices of `config`, or None if it misses a knob or a value is outside it."""
+        """Choice indices of `config`, or None if it misses a knob (that `complete` cannot
+        fill) or a value is outside it."""
+        if self._complete is not None and any(k.name not in config for k in self.knobs):
+            try:
+                config = self._complete(config)
+            except ValueError:
+                return None
         try:
             return tuple(
                 index[config[k.name]] for k, index in zip(self.knobs, self._index, strict=True)

@@ -176,7 +176,7 @@ def load_sources(
             extractor = FeatureExtractor(template, feature_set, processes=processes)
             if extractors is not None:
                 extractors[memo_key] = extractor
-        space = KnobSpace(extractor.template.knobs)
+        space = KnobSpace(extractor.template.knobs, extractor.template.check)
         if extractor.length != expected or (decisions and space.knobs != list(knobs or ())):
             raise TensortuneError(
                 f"the {feature_set!r} rows of source study {first.study_name!r} "

@@ -15,16 +15,18 @@ output (with the fused bias, shortcut and ReLU) before the next: what passes bet
 stages is one block's, a few hundred KB that stay in L2. A block is a row of tiles or a
 part of a row that divides it, so that the output rows each block writes are its own.
 
-The transforms keep MetaSchedule's loop order: the channel loop outside, each tile's 36
-taps unrolled inside it, so that the constant coefficients fold away and LLVM vectorizes the
-channels (vectorized in TIR, a tap's coefficients stay multiplications by ones and zeros).
+The transforms keep MetaSchedule's loop order: the channel loop outside, each tile's taps
+(36 in F(4x4)) unrolled inside it, so that the constant coefficients fold away and LLVM
+vectorizes the channels (vectorized in TIR, a tap's coefficients stay multiplications by
+ones and zeros).
 The product's register tile (tiles x vectors of 16 output channels) and the unroll budget are
 sampled, so they become knobs as MetaSchedule's own decisions do
 (`tensortune.templates.metaschedule`).
 
-On ResNet-18's Winograd tasks on a Zen 4 (2 threads; tensortune's timer, packed weights) the
-fused kernels timed level with or faster than the best of 56-116 trials in MetaSchedule's
-space, and 10-30 % faster after the dirty sweep (``studies/README.md``).
+In ResNet-18 (packed NHWC Winograd, the CPU default; a Zen 4, 2 threads, 1000 trials) every
+Winograd task's best was one of these, and its kernels took 1.07-1.24x their tuning time in
+the model where MetaSchedule's space's had taken 1.5-2.1x; the build ran 1.11x MetaSchedule's
+speed on the same tasks and 1.10x the build without them (``studies/README.md``).
 """
 
 from __future__ import annotations
