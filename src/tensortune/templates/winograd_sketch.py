@@ -23,10 +23,11 @@ The product's register tile (tiles x vectors of 16 output channels) and the unro
 sampled, so they become knobs as MetaSchedule's own decisions do
 (`tensortune.templates.metaschedule`).
 
-In ResNet-18 (packed NHWC Winograd, the CPU default; a Zen 4, 2 threads, 1000 trials) every
-Winograd task's best was one of these, and its kernels took 1.07-1.24x their tuning time in
-the model where MetaSchedule's space's had taken 1.5-2.1x; the build ran 1.11x MetaSchedule's
-speed on the same tasks and 1.10x the build without them (``studies/README.md``).
+In ResNet-18 (packed NHWC Winograd, the CPU default; a Zen 4, 2 threads, 1000 trials, two
+seeds) every Winograd task's best was one of these, and its kernels took 1.07-1.24x their
+tuning time in the model (seed 0) where MetaSchedule's space's had taken 1.5-2.1x; the build ran
+1.12x [1.01, 1.23] MetaSchedule's speed on the same tasks and 1.14x the build without them
+(``studies/README.md``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 STAGES = ("data_pad", "input_tile", "data_pack", "bgemm", "inverse", "conv2d_winograd")
 #: Blocks that hold the constant transform matrices, inlined as constants.
 MATRICES = ("A", "B")
-#: Lanes of the product's vectors: 16 floats, an AVX-512 register.
+#: Lanes of the product's vectors: 16 floats, one AVX-512 register (two AVX2 ones).
 LANES = 16
 #: Most tiles and most vectors of output channels in the product's register tile.
 MAX_TILE_ROWS, MAX_VECTORS = 16, 4
@@ -124,7 +125,7 @@ def _fuse(sch: Any, block: int) -> None:
     sch.reverse_compute_at(sch.get_sblock("inverse"), outer)
     sch.reverse_compute_at(output, outer)
     sch.parallel(outer)
-    steps = sch.sample_categorical(list(UNROLL_STEPS), [1 / len(UNROLL_STEPS)] * 4)
+    steps = sch.sample_categorical(list(UNROLL_STEPS), [1 / len(UNROLL_STEPS)] * len(UNROLL_STEPS))
     sch.annotate(outer, "pragma_auto_unroll_max_step", steps)
     sch.annotate(outer, "pragma_unroll_explicit", 1)
     _transform_loops(sch, data_pack, "input_tile")
