@@ -40,9 +40,8 @@ TILE, CATEGORICAL, COMPUTE_AT = "SamplePerfectTile", "SampleCategorical", "Sampl
 SKETCH = "sketch"
 #: Name of the knob that picks one of our own design spaces instead, where a workload has them
 #: (`tensortune.templates.winograd_sketch`): 0 is MetaSchedule's (the one `SKETCH` names), i
-#: the i-th of ours. A knob of its own, so that a study tuned before ours
-#: existed keeps its `SKETCH` choices (Optuna refuses one name with two choice sets) and its
-#: configs still apply.
+#: the i-th of ours. A knob of its own, so that a study tuned before ours existed keeps its
+#: `SKETCH` choices (Optuna refuses one name with two choice sets) and its configs apply.
 FUSED = "fused"
 #: Values of a compute-location knob before the loop positions: MetaSchedule's -2 and -1.
 INLINE, ROOT = "inline", "root"

@@ -18,16 +18,15 @@ part of a row that divides it, so that the output rows each block writes are its
 The transforms keep MetaSchedule's loop order: the channel loop outside, each tile's taps
 (36 in F(4x4)) unrolled inside it, so that the constant coefficients fold away and LLVM
 vectorizes the channels (vectorized in TIR, a tap's coefficients stay multiplications by
-ones and zeros).
-The product's register tile (tiles x vectors of 16 output channels) and the unroll budget are
-sampled, so they become knobs as MetaSchedule's own decisions do
+ones and zeros). The product's register tile (tiles x vectors of 16 output channels) and
+the unroll budget are sampled, so they become knobs as MetaSchedule's own decisions do
 (`tensortune.templates.metaschedule`).
 
 In ResNet-18 (packed NHWC Winograd, the CPU default; a Zen 4, 2 threads, 1000 trials, two
 seeds) every Winograd task's best was one of these, and its kernels took 1.07-1.24x their
-tuning time in the model (seed 0) where MetaSchedule's space's had taken 1.5-2.1x; the build ran
-1.12x [1.01, 1.23] MetaSchedule's speed on the same tasks and 1.14x the build without them
-(``studies/README.md``).
+tuning time in the model (seed 0) where MetaSchedule's space's had taken 1.5-2.1x; the build
+ran 1.12x [1.01, 1.23] MetaSchedule's speed on the same tasks and 1.14x the build without
+them (``studies/README.md``).
 """
 
 from __future__ import annotations
