@@ -4,6 +4,8 @@ and configs stored before them still apply and still train the learned sampler."
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tvm
@@ -15,7 +17,7 @@ from tensortune.finalists import Pick  # noqa: E402
 from tensortune.measure import Measurer, MeasureSettings  # noqa: E402
 from tensortune.model import from_torch  # noqa: E402
 from tensortune.model.build import build, check_outputs, run  # noqa: E402
-from tensortune.model.database import write_database  # noqa: E402
+from tensortune.model.database import RECORDS_FILE, WORKLOADS_FILE, write_database  # noqa: E402
 from tensortune.model.tasks import Rewrites, extract_tasks  # noqa: E402
 from tensortune.sampler.history import KnobSpace  # noqa: E402
 from tensortune.target import make_target, target_spec  # noqa: E402
@@ -123,8 +125,8 @@ def test_a_model_built_with_fused_kernels_matches_pytorch(tmp_path):
     assert written >= 2
     # What the build finds for each Winograd task is the fused kernel, replayed from its trace.
     records = ms.database.JSONDatabase(
-        path_workload=f"{database}/database_workload.json",
-        path_tuning_record=f"{database}/database_tuning_record.json",
+        path_workload=os.path.join(database, WORKLOADS_FILE),
+        path_tuning_record=os.path.join(database, RECORDS_FILE),
     )
     for task in [t for t in tasks if "winograd" in t.name]:
         mod = tvm.IRModule({"main": task.workload().prim_func()})
