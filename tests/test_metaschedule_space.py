@@ -25,10 +25,11 @@ from tensortune.errors import TensortuneError
 from tensortune.export import export_best, load_kernel
 from tensortune.storage import best_summary
 from tensortune.target import target_spec
-from tensortune.templates import InvalidConfig
+from tensortune.templates import InvalidConfig, narrowed_axes
 from tensortune.templates import metaschedule as ms_space
 from tensortune.templates.compile import compile_config
 from tensortune.templates.metaschedule import MetaScheduleTemplate
+from tensortune.templates.weight_packing import pack_arguments
 from tensortune.trial_records import PROPOSAL_ATTR
 from tensortune.workloads import WorkloadDef, _registry, get_workload
 
@@ -196,7 +197,7 @@ def _tile_knobs(template) -> dict[str, tuple]:
 
 def test_a_batch_axis_is_split_outside_the_register_tile_only():
     tiles = _tile_knobs(MetaScheduleTemplate(WORKLOADS["batch_matmul"](), LLVM))
-    batch = [name for name in tiles if name.endswith(ms_space.BATCH_SUFFIX)]
+    batch = [name for name in tiles if name.endswith(narrowed_axes.BATCH_SUFFIX)]
     assert len(batch) == 1
     # B=4 over four levels, the inner two (inside the reduction loops) left at 1.
     assert sorted(tiles[batch[0]]) == ["1x4x1x1", "2x2x1x1", "4x1x1x1"]
@@ -207,15 +208,15 @@ def test_a_batch_axis_is_split_outside_the_register_tile_only():
     # vector lanes.
     for workload in (get_workload("matmul", M=16, N=32, K=8), TIR_LANES_DOT.bind(M=8, B=32, K=4)):
         names = _tile_knobs(MetaScheduleTemplate(workload, LLVM))
-        assert names and not any(n.endswith(ms_space.BATCH_SUFFIX) for n in names)
+        assert names and not any(n.endswith(narrowed_axes.BATCH_SUFFIX) for n in names)
 
 
 def test_a_batch_split_stored_under_the_loops_plain_name_still_applies():
     workload = WORKLOADS["batch_matmul"]()
     template = MetaScheduleTemplate(workload, LLVM)
     config = {k.name: k.choices[0] for k in template.knobs}
-    batch = next(n for n in config if n.endswith(ms_space.BATCH_SUFFIX))
-    plain = batch.removesuffix(ms_space.BATCH_SUFFIX)
+    batch = next(n for n in config if n.endswith(narrowed_axes.BATCH_SUFFIX))
+    plain = batch.removesuffix(narrowed_axes.BATCH_SUFFIX)
     stored = {k: v for k, v in config.items() if k != batch} | {plain: "1x1x2x2"}
     sch, executable, _ = compile_config(template, stored, LLVM)
     assert [1, 1, 2, 2] in _tile_decisions(sch)
@@ -223,6 +224,81 @@ def test_a_batch_split_stored_under_the_loops_plain_name_still_applies():
     np.testing.assert_allclose(outputs[0], expected[0], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match=f"knob {plain}='1x1x2x3' is no split of its loop"):
         template.check({**stored, plain: "1x1x2x3"})
+
+
+def tir_dense(marked: bool):
+    """A dense layer's product, its weight marked layout-free with `marked` (as a model's
+    task with packed weights is extracted)."""
+    attrs = {"tirx.noalias": True, **({"layout_free_buffers": [1]} if marked else {})}
+
+    def func(M: int, N: int, K: int) -> tirx.PrimFunc:
+        @T.prim_func(s_tir=True)
+        def main(
+            A: T.Buffer((M, K), "float32"),
+            W: T.Buffer((K, N), "float32"),
+            C: T.Buffer((M, N), "float32"),
+        ):
+            T.func_attr(attrs)
+            for i, j, k in T.grid(M, N, K):
+                with T.sblock("C"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    with T.init():
+                        C[vi, vj] = T.float32(0)
+                    C[vi, vj] = C[vi, vj] + A[vi, vk] * W[vk, vj]
+
+        return main
+
+    return func
+
+
+DENSE_PARAMS = (("M", None), ("N", None), ("K", None))
+PACKED_DENSE = WorkloadDef("tir_dense_packed", tir_dense(True), np.matmul, None, DENSE_PARAMS)
+DENSE = WorkloadDef("tir_dense", tir_dense(False), np.matmul, None, DENSE_PARAMS)
+
+
+def test_rows_that_do_not_index_a_large_packed_weight_are_split_inside_the_reduction_only():
+    # 1024 x 512 floats: 2 MiB, the least weight that is streamed.
+    large = PACKED_DENSE.bind(M=16, N=512, K=1024)
+    tiles = _tile_knobs(MetaScheduleTemplate(large, LLVM))
+    rows = [name for name in tiles if name.endswith(narrowed_axes.STREAM_SUFFIX)]
+    assert len(rows) == 1 and rows[0].startswith("C.i")
+    assert sorted(tiles[rows[0]]) == ["1x1x16x1", "1x1x1x16", "1x1x2x8", "1x1x4x4", "1x1x8x2"]
+    # The weight's own columns keep every split; so do the rows of a weight not marked, or
+    # one that fits a core's cache, and every axis on a GPU.
+    columns = [c for n, c in tiles.items() if n not in rows and len(c[0].split("x")) == 4]
+    assert columns and all(any(not v.startswith("1x1x") for v in c) for c in columns)
+    for workload in (
+        DENSE.bind(M=16, N=512, K=1024),
+        PACKED_DENSE.bind(M=16, N=512, K=512),
+    ):
+        names = _tile_knobs(MetaScheduleTemplate(workload, LLVM))
+        assert names and not any(n.endswith(narrowed_axes.STREAM_SUFFIX) for n in names)
+    gpu = MetaScheduleTemplate(large, {"kind": "cuda", "arch": "sm_90"})
+    assert not any(k.name.endswith(narrowed_axes.STREAM_SUFFIX) for k in gpu.knobs)
+
+
+def test_a_streamed_config_and_one_stored_before_compute_the_product():
+    workload = PACKED_DENSE.bind(M=16, N=512, K=1024)
+    template = MetaScheduleTemplate(workload, LLVM)
+    config = {k.name: k.choices[len(k.choices) // 2] for k in template.knobs}
+    config[ms_space.SKETCH] = 0
+    rows = next(n for n in config if n.endswith(narrowed_axes.STREAM_SUFFIX))
+    plain = rows.removesuffix(narrowed_axes.STREAM_SUFFIX)
+    stored = {k: v for k, v in config.items() if k != rows} | {plain: "2x2x2x2"}
+    # A config stored before the narrowing names the loop plainly with any split of it, and
+    # the checked config checks again to itself.
+    checked = template.check(stored)
+    assert checked[rows] == "2x2x2x2" and template.check(checked) == checked
+    for chosen, split in ((config, config[rows]), (stored, "2x2x2x2")):
+        sch, executable, packed = compile_config(template, chosen, LLVM)
+        assert packed  # the weight is read packed, in the layout its loops read
+        assert [int(f) for f in split.split("x")] in _tile_decisions(sch)
+        inputs = workload.random_inputs(seed=1)
+        device = tvm.cpu()
+        args = [tvm.runtime.tensor(a, device) for a in inputs]
+        args.append(tvm.runtime.tensor(np.zeros((16, 512), "float32"), device))
+        executable["main"](*pack_arguments(executable, args, packed, device))
+        np.testing.assert_allclose(args[-1].numpy(), inputs[0] @ inputs[1], rtol=1e-4, atol=1e-4)
 
 
 def test_the_template_travels_without_tvm_objects_and_rebuilds_its_spaces():

@@ -8,9 +8,9 @@ length (``SampleCategorical``) and where a producer is computed (``SampleCompute
 `MetaScheduleTemplate` makes one knob of each decision, named after the block and loop it acts
 on, plus a ``sketch`` knob where there are several design spaces; a config replays the chosen
 sketch's trace with its decisions and runs the target's postprocessors, as MetaSchedule does
-with its own candidates. One decision is narrowed: a batch axis (the 36 products of a Winograd
-convolution, attention's heads) reuses no operand from one index to the next, so its splits
-leave the register tile to the other axes (a 6 has 4 such splits of its 16).
+with its own candidates. Some tile decisions are narrowed (`tensortune.templates.narrowed_axes`):
+a batch axis (the 36 products of a Winograd convolution, attention's heads) stays out of the
+register tile, and on CPUs an axis that does not index a large weight stays inside it.
 
 The TVM objects (the design spaces and the postprocessors) are made once per process and
 workload, and never travel: the template itself holds plain Python values.
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tensortune.errors import TensortuneError, last_line
 from tensortune.templates.base import InvalidConfig, KnobTemplate
 from tensortune.templates.knobs import ChoiceKnob, factorizations
+from tensortune.templates.narrowed_axes import narrow, plain_name
 from tensortune.templates.winograd_sketch import fused_sketches
 
 if TYPE_CHECKING:
@@ -45,14 +46,6 @@ SKETCH = "sketch"
 FUSED = "fused"
 #: Values of a compute-location knob before the loop positions: MetaSchedule's -2 and -1.
 INLINE, ROOT = "inline", "root"
-#: Appended to the name of a tile knob of a batch axis (`_is_batch_axis`), whose splits keep
-#: the axis out of the `INNER_LEVELS`. A knob of its own name: a study tuned before 2026-12-06
-#: holds every split under the loop's plain name, and Optuna refuses one name with two choice
-#: sets; such a study's configs still apply (`MetaScheduleTemplate.check`).
-BATCH_SUFFIX = ":batch"
-#: The innermost tile levels of MetaSchedule's multi-level tiling, those inside the reduction
-#: loops ("SSRSRS" on CPUs, "SSSRRSRS" on GPUs): the register tile.
-INNER_LEVELS = 2
 #: MetaSchedule's rule sets by target kind. The llvm set is named explicitly: on a CPU with VNNI
 #: ``from-target`` picks the int8 rules, which need the tensor intrinsics (15-19 s to import).
 RULE_SETS = {"llvm": "llvm", "cuda": "cuda"}
@@ -86,12 +79,12 @@ class MetaScheduleTemplate(KnobTemplate):
     """Knobs → schedule over MetaSchedule's design space of `workload` on `target`.
 
     Knobs: one per sampling decision of every sketch (tile splits as ``"8x4x2x16"``, outer to
-    inner, limited like the sampling instruction's own innermost factor, and for a batch axis
-    to splits outside the register tile, `BATCH_SUFFIX`; categoricals by their
-    values, e.g. the unroll budget; compute locations as ``"inline"``, ``"root"`` or
-    ``"loop<i>"``, the i-th loop of the consumer), plus ``sketch`` where there are several, and
-    ``fused`` where the workload also has design spaces of ours (`FUSED`; on CPUs, the NHWC
-    Winograd convolution's stages fused per block of tiles,
+    inner, limited like the sampling instruction's own innermost factor, and for some axes
+    narrowed under a name of their own, `tensortune.templates.narrowed_axes`; categoricals by
+    their values, e.g. the unroll budget; compute locations as ``"inline"``, ``"root"`` or
+    ``"loop<i>"``, the i-th loop of the consumer), plus ``sketch`` where there are several,
+    and ``fused`` where the workload also has design spaces of ours (`FUSED`; on CPUs, the
+    NHWC Winograd convolution's stages fused per block of tiles,
     `tensortune.templates.winograd_sketch`). A knob that acts on the same block and loop with
     the same choices in several sketches is one knob; a sketch ignores the knobs of the
     others, so every config names a value for all.
@@ -122,7 +115,9 @@ class MetaScheduleTemplate(KnobTemplate):
             )
         spaces = _spaces(self)
         self.own_sketches = spaces.own
-        self._knobs, self.decisions = _read_knobs(spaces.sketches, spaces.mod, spaces.own)
+        self._knobs, self.decisions = _read_knobs(
+            spaces.sketches, spaces.mod, spaces.own, streamed=spaces.kind == "llvm"
+        )
 
     @property
     def knobs(self) -> list[ChoiceKnob]:
@@ -139,9 +134,9 @@ class MetaScheduleTemplate(KnobTemplate):
         return int(config.get(SKETCH, 0))
 
     def check(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The config restricted to the knobs (`KnobTemplate.check`). A batch axis's split
-        may also come under the loop's plain name, as stored before `BATCH_SUFFIX`: then any
-        split of the loop is taken, its inner levels too. A config stored before our own
+        """The config restricted to the knobs (`KnobTemplate.check`). A narrowed axis's split
+        may also come under the loop's plain name, as stored before its narrowing: then any
+        split of the loop is taken, its narrowed levels too. A config stored before our own
         design spaces existed has no `FUSED` knob nor theirs: it picks MetaSchedule's, and the
         knobs only the others read take their first choice."""
         config = dict(config)
@@ -157,13 +152,18 @@ class MetaScheduleTemplate(KnobTemplate):
                     config[knob.name] = knob.choices[0]
         stored = {}
         for knob in self._knobs:
-            plain = knob.name.removesuffix(BATCH_SUFFIX)
-            if plain != knob.name and knob.name not in config and plain in config:
+            plain = plain_name(knob.name)
+            if plain == knob.name:
+                continue
+            if knob.name in config and config[knob.name] not in knob.choices:
+                # A stored split, as this method returns it (so that it takes its own result).
+                config[plain] = config.pop(knob.name)
+            if knob.name not in config and plain in config:
                 value = config.pop(plain)
                 if not _same_loop(value, knob.choices[0]):
                     raise ValueError(f"knob {plain}={value!r} is no split of its loop")
                 stored[knob.name] = value
-                # Its inner levels may be other than 1: checked above, not among the choices.
+                # Its narrowed levels may be other than 1: checked above, not among the choices.
                 config[knob.name] = knob.choices[0]
         return {**super().check(config), **stored}
 
@@ -223,6 +223,7 @@ class _Spaces:
     mod: Any
     sketches: list[Any]  # MetaSchedule's, then our own
     postprocs: list[Any]
+    kind: str  # the rule set's target kind (`RULE_SETS`)
     own: int = 0  # how many of the sketches are ours, at the end
 
 
@@ -278,15 +279,17 @@ def _generate(template: MetaScheduleTemplate) -> _Spaces:
     if not sketches:
         raise TensortuneError(f"MetaSchedule made no design space for {template.workload.name}")
     own = fused_sketches(mod, template.seed) if kind == "llvm" else []
-    return _Spaces(mod, sketches + own, list(context.space_generator.postprocs), len(own))
+    return _Spaces(mod, sketches + own, list(context.space_generator.postprocs), kind, len(own))
 
 
 # -- knobs from the sketches' decisions ---------------------------------------------------------
 def _read_knobs(
-    sketches: list[Any], mod: Any, own: int = 0
+    sketches: list[Any], mod: Any, own: int = 0, streamed: bool = False
 ) -> tuple[list[ChoiceKnob], list[list[Decision]]]:
     """The knobs of all sketches (shared where name and choices agree) and, per sketch, its
-    decisions in trace order; the last `own` sketches are ours (default 0), picked by `FUSED`."""
+    decisions in trace order; the last `own` sketches are ours (default 0), picked by `FUSED`.
+    With `streamed` (default False; the CPU rules) an axis that does not index a large weight
+    is narrowed too (`tensortune.templates.narrowed_axes.narrow`)."""
     knobs: dict[str, ChoiceKnob] = {}
     if len(sketches) - own > 1:
         knobs[SKETCH] = ChoiceKnob(SKETCH, tuple(range(len(sketches) - own)))
@@ -295,7 +298,7 @@ def _read_knobs(
     per_sketch = []
     for number, sketch in enumerate(sketches):
         decisions = []
-        for index, name, kind, choices, candidates in _walk(sketch.trace, mod):
+        for index, name, kind, choices, candidates in _walk(sketch.trace, mod, streamed):
             if name in knobs and knobs[name].choices != choices:
                 name = f"{name}@{number}"
             knobs.setdefault(name, ChoiceKnob(name, choices))
@@ -304,10 +307,12 @@ def _read_knobs(
     return list(knobs.values()), per_sketch
 
 
-def _walk(trace: Any, mod: Any) -> list[tuple[int, str, str, tuple[Any, ...], tuple[int, ...]]]:
+def _walk(
+    trace: Any, mod: Any, streamed: bool
+) -> list[tuple[int, str, str, tuple[Any, ...], tuple[int, ...]]]:
     """(index, knob name, kind, choices, categorical candidates) of each sampling instruction
     of `trace`, read by replaying it on `mod` (the loops and blocks it names exist only while
-    it replays)."""
+    it replays); `streamed` as `_read_knobs` takes it."""
     from tvm.s_tir import Schedule
 
     replay = Schedule(mod)
@@ -326,9 +331,7 @@ def _walk(trace: Any, mod: Any) -> list[tuple[int, str, str, tuple[Any, ...], tu
             limit = extent if innermost <= 0 else innermost
             splits = factorizations(extent, levels, limit)
             name = f"{block}.{loop.loop_var.name}"
-            if levels > INNER_LEVELS and _is_batch_axis(loop):
-                splits = [s for s in splits if set(s[-INNER_LEVELS:]) == {1}]
-                name += BATCH_SUFFIX
+            name, splits = narrow(loop, replay.mod, name, splits, streamed)
             choices = tuple("x".join(map(str, s)) for s in splits)
             found[index] = [name, kind, choices, ()]
         elif kind == CATEGORICAL:
@@ -346,43 +349,6 @@ def _walk(trace: Any, mod: Any) -> list[tuple[int, str, str, tuple[Any, ...], tu
 
     trace.apply_to_schedule(replay, remove_postproc=True, decision_provider=provider)
     return [(i, *found[i]) for i in sorted(found)]
-
-
-def _is_batch_axis(loop: Any) -> bool:
-    """Whether `loop` (not yet split) runs a batch axis of the reduction block below it: one
-    that indexes every buffer the block reads and writes, and is not the innermost axis of
-    what it writes. Such an axis reuses no operand, so tiling it inside the reduction loops
-    adds accumulators without sharing a load (the 36 products of a Winograd convolution, the
-    heads of attention); where it is the innermost axis (a depthwise convolution's channels
-    in NHWC), it is the vector lanes."""
-    from tvm.s_tir.stmt import SBlockRealize
-    from tvm.tirx import For, IterVar
-    from tvm.tirx.analysis import undefined_vars
-
-    body = loop.body
-    while isinstance(body, For):
-        body = body.body
-    if not isinstance(body, SBlockRealize):
-        return False
-    block = body.block
-    if not any(iv.iter_type == IterVar.CommReduce for iv in block.iter_vars):
-        return False
-    bound = [
-        iv.var
-        for iv, value in zip(block.iter_vars, body.iter_values, strict=True)
-        if value.same_as(loop.loop_var)
-    ]
-    if len(bound) != 1:
-        return False
-    var = bound[0]
-
-    def uses(region: Any) -> list[bool]:
-        return [any(v.same_as(var) for v in undefined_vars(r.min)) for r in region.region]
-
-    regions = [*block.reads, *block.writes]
-    if not all(any(uses(r)) for r in regions):
-        return False
-    return not any(uses(w)[-1] for w in block.writes)
 
 
 def _name_categorical(
