@@ -116,7 +116,7 @@ class MetaScheduleTemplate(KnobTemplate):
         spaces = _spaces(self)
         self.own_sketches = spaces.own
         self._knobs, self.decisions = _read_knobs(
-            spaces.sketches, spaces.mod, spaces.own, streamed=spaces.kind == "llvm"
+            spaces.sketches, spaces.mod, spaces.own, streamed=self.target["kind"] == "llvm"
         )
 
     @property
@@ -223,7 +223,6 @@ class _Spaces:
     mod: Any
     sketches: list[Any]  # MetaSchedule's, then our own
     postprocs: list[Any]
-    kind: str  # the rule set's target kind (`RULE_SETS`)
     own: int = 0  # how many of the sketches are ours, at the end
 
 
@@ -279,7 +278,7 @@ def _generate(template: MetaScheduleTemplate) -> _Spaces:
     if not sketches:
         raise TensortuneError(f"MetaSchedule made no design space for {template.workload.name}")
     own = fused_sketches(mod, template.seed) if kind == "llvm" else []
-    return _Spaces(mod, sketches + own, list(context.space_generator.postprocs), kind, len(own))
+    return _Spaces(mod, sketches + own, list(context.space_generator.postprocs), len(own))
 
 
 # -- knobs from the sketches' decisions ---------------------------------------------------------

@@ -73,7 +73,7 @@ def is_batch_axis(loop: Any) -> bool:
     found = _axis_of(loop)
     if found is None:
         return False
-    block, var = found
+    block, var = found[0], found[1].var
     regions = [*block.reads, *block.writes]
     if not all(any(_indexed_by(r, var)) for r in regions):
         return False
@@ -94,16 +94,16 @@ def is_weight_free_axis(loop: Any, mod: Any) -> bool:
     found = _axis_of(loop) if weights else None
     if found is None:
         return False
-    block, var = found
-    if not any(iv.var.same_as(var) and iv.iter_type == IterVar.DataPar for iv in block.iter_vars):
+    block, axis = found
+    if axis.iter_type != IterVar.DataPar:
         return False
     reads = [r for r in block.reads if any(r.source.same_as(w) for w in weights)]
-    return any(not any(_indexed_by(r, var)) for r in reads)
+    return any(not any(_indexed_by(r, axis.var)) for r in reads)
 
 
 def _axis_of(loop: Any) -> tuple[Any, Any] | None:
-    """The reduction block below `loop` and its one iteration variable bound to the loop's,
-    or None where there is no such block or the loop binds none or several."""
+    """The reduction block below `loop` and its one iteration variable (an ``IterVar``) bound
+    to the loop's, or None where there is no such block or the loop binds none or several."""
     from tvm.s_tir.stmt import SBlockRealize
     from tvm.tirx import For, IterVar
 
@@ -116,7 +116,7 @@ def _axis_of(loop: Any) -> tuple[Any, Any] | None:
     if not any(iv.iter_type == IterVar.CommReduce for iv in block.iter_vars):
         return None
     bound = [
-        iv.var
+        iv
         for iv, value in zip(block.iter_vars, body.iter_values, strict=True)
         if value.same_as(loop.loop_var)
     ]
